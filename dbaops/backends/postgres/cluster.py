@@ -1,0 +1,280 @@
+"""An embedded PostgreSQL cluster owned by dbaops: initdb, start/stop, snapshots, log file.
+
+The cluster lives in its own directory (data, socket dir, WAL archive, snapshots), listens on a
+free loopback port, and works when dbaops runs as root (the server runs as a service user).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import anyio
+import asyncpg
+import structlog
+
+from dbaops.backends.postgres.binaries import PgBinaries, find_binaries
+from dbaops.backends.postgres.osuser import (
+    chown_tree,
+    ensure_service_user,
+    make_accessible_copy,
+    readable_by_others,
+    running_as_root,
+)
+
+log = structlog.get_logger(__name__)
+
+#: Server settings of the shared fixture (design notes §2); scenarios may add or override.
+FIXTURE_SETTINGS: dict[str, str] = {
+    "listen_addresses": "'127.0.0.1'",
+    "max_connections": "120",
+    "shared_buffers": "'256MB'",
+    "max_prepared_transactions": "10",
+    "wal_level": "logical",
+    "max_wal_senders": "10",
+    "max_replication_slots": "10",
+    "shared_preload_libraries": "'pg_stat_statements,auto_explain'",
+    "pg_stat_statements.track": "all",
+    "logging_collector": "on",
+    "log_directory": "'log'",
+    "log_filename": "'postgresql.log'",
+    "log_rotation_age": "0",
+    "log_rotation_size": "0",
+    "log_line_prefix": "'%m [%p] %u@%d %a '",
+    "log_lock_waits": "on",
+    "log_checkpoints": "on",
+    "log_autovacuum_min_duration": "0",
+    "track_io_timing": "on",
+    "autovacuum_naptime": "'5s'",
+    "max_wal_size": "'1GB'",
+    "archive_mode": "on",
+}
+
+
+class ClusterError(RuntimeError):
+    """The embedded cluster could not be created, started or restored."""
+
+
+def dbaops_home() -> Path:
+    """Where clusters and caches live ($DBAOPS_HOME; /var/lib/dbaops as root)."""
+    env = os.environ.get("DBAOPS_HOME")
+    if env:
+        return Path(env)
+    if running_as_root():
+        return Path("/var/lib/dbaops")
+    return Path.home() / ".cache" / "dbaops"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PostgresCluster:
+    """One embedded cluster directory with its server process."""
+
+    def __init__(self, root: Path, binaries: PgBinaries, os_user: str | None) -> None:
+        self.root = root
+        self.binaries = binaries
+        self.os_user = os_user
+        self.port = free_port()
+        self.host = "127.0.0.1"
+
+    # -- layout ---------------------------------------------------------------------------
+    @property
+    def datadir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.root / "sock"
+
+    @property
+    def archive_dir(self) -> Path:
+        return self.root / "archive"
+
+    @property
+    def snapshot_root(self) -> Path:
+        return self.root / "snapshots"
+
+    @property
+    def log_path(self) -> Path:
+        """The server log file written by the logging collector."""
+        return self.datadir / "log" / "postgresql.log"
+
+    def dsn(self, user: str = "postgres", database: str = "postgres") -> str:
+        return f"postgresql://{user}@{self.host}:{self.port}/{database}"
+
+    # -- creation ---------------------------------------------------------------------------
+    @classmethod
+    async def open(
+        cls,
+        name: str,
+        *,
+        home: Path | None = None,
+        binaries: PgBinaries | None = None,
+        settings: dict[str, str] | None = None,
+    ) -> PostgresCluster:
+        """Open (initdb if new) the cluster ``name`` under ``home``; it is not started."""
+        bins = binaries or find_binaries()
+        os_user: str | None = None
+        base = home or dbaops_home()
+        if running_as_root():
+            os_user = ensure_service_user()
+            if not readable_by_others(bins.bindir):
+                dest = base / "pg" / f"{bins.source}-{bins.version}"
+                bins = bins.model_copy(update={"bindir": make_accessible_copy(bins.bindir, dest)})
+            if not readable_by_others(base.parent if base.exists() else base.parent):
+                raise ClusterError(
+                    f"{base} is not reachable by the service user {os_user}: set DBAOPS_HOME "
+                    "to a directory whose parents are world-traversable"
+                )
+        root = base / "clusters" / f"{name}-pg{bins.major}"
+        root.mkdir(parents=True, exist_ok=True)
+        if os_user:
+            os.chmod(base, 0o755)
+            os.chmod(base / "clusters", 0o755)
+        cluster = cls(root, bins, os_user)
+        if not (cluster.datadir / "PG_VERSION").exists():
+            await cluster._initdb(settings or {})
+        return cluster
+
+    async def _run(self, *args: str, check: bool = True, as_service: bool = True) -> str:
+        result = await anyio.run_process(
+            list(args),
+            check=False,
+            user=self.os_user if as_service else None,
+            start_new_session=True,
+            cwd=str(self.root),
+        )
+        out = (result.stdout or b"").decode() + (result.stderr or b"").decode()
+        if check and result.returncode != 0:
+            raise ClusterError(f"{' '.join(args)} failed ({result.returncode}): {out.strip()}")
+        return out
+
+    async def _initdb(self, settings: dict[str, str]) -> None:
+        t0 = time.monotonic()
+        if self.datadir.exists():
+            shutil.rmtree(self.datadir)
+        for d in (self.socket_dir, self.archive_dir, self.snapshot_root):
+            d.mkdir(parents=True, exist_ok=True)
+        if self.os_user:
+            chown_tree(self.root, self.os_user)
+        await self._run(
+            self.binaries.tool("initdb"),
+            "-D",
+            str(self.datadir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale-provider=libc",
+            "--locale=C.UTF-8",
+            "--no-sync",
+        )
+        conf = dict(FIXTURE_SETTINGS)
+        conf["unix_socket_directories"] = f"'{self.socket_dir}'"
+        conf["archive_command"] = (
+            f"'test ! -f {self.archive_dir}/%f && cp %p {self.archive_dir}/%f'"
+        )
+        conf.update(settings)
+        lines = ["", "# --- dbaops fixture settings ---"]
+        lines += [f"{k} = {v}" for k, v in conf.items()]
+        with (self.datadir / "postgresql.conf").open("a") as fh:
+            fh.write("\n".join(lines) + "\n")
+        log.info("initdb", datadir=str(self.datadir), seconds=round(time.monotonic() - t0, 3))
+
+    # -- process control ------------------------------------------------------------------
+    async def is_running(self) -> bool:
+        out = await self._run(
+            self.binaries.tool("pg_ctl"), "-D", str(self.datadir), "status", check=False
+        )
+        return "server is running" in out
+
+    async def start(self) -> None:
+        if await self.is_running():
+            await self.stop()
+        self.port = free_port()
+        await self._run(
+            self.binaries.tool("pg_ctl"),
+            "-D",
+            str(self.datadir),
+            "-w",
+            "-t",
+            "120",
+            "-l",
+            str(self.root / "startup.log"),
+            "-o",
+            f"-p {self.port} -k {self.socket_dir}",
+            "start",
+        )
+
+    async def stop(self, mode: str = "fast") -> None:
+        if not (self.datadir / "postmaster.pid").exists():
+            return
+        await self._run(
+            self.binaries.tool("pg_ctl"),
+            "-D",
+            str(self.datadir),
+            "-w",
+            "-t",
+            "120",
+            "-m",
+            mode,
+            "stop",
+            check=False,
+        )
+
+    async def restart(self) -> None:
+        await self.stop()
+        await self.start()
+
+    async def connect(
+        self, user: str = "postgres", database: str = "postgres", application_name: str = "dbaops"
+    ) -> asyncpg.Connection:
+        return await asyncpg.connect(
+            host=self.host,
+            port=self.port,
+            user=user,
+            database=database,
+            server_settings={"application_name": application_name},
+        )
+
+    # -- snapshots ------------------------------------------------------------------------
+    def has_snapshot(self, name: str) -> bool:
+        return (self.snapshot_root / name / ".complete").exists()
+
+    async def capture_snapshot(self, name: str) -> float:
+        """Stop the server, copy the data directory to snapshot ``name``, start again."""
+        t0 = time.monotonic()
+        await self.stop()
+        target = self.snapshot_root / name
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        await self._run("cp", "-a", str(self.datadir), str(target / "data"), as_service=False)
+        (target / ".complete").touch()
+        await self.start()
+        return time.monotonic() - t0
+
+    async def restore_snapshot(self, name: str) -> float:
+        """Replace the data directory with snapshot ``name`` and start; returns seconds."""
+        if not self.has_snapshot(name):
+            raise ClusterError(f"no snapshot {name!r} in {self.snapshot_root}")
+        t0 = time.monotonic()
+        await self.stop(mode="immediate")
+        if self.datadir.exists():
+            shutil.rmtree(self.datadir)
+        await self._run(
+            "cp", "-a", str(self.snapshot_root / name / "data"), str(self.datadir), as_service=False
+        )
+        await self.start()
+        return time.monotonic() - t0
+
+    def drop_snapshot(self, name: str) -> None:
+        shutil.rmtree(self.snapshot_root / name, ignore_errors=True)

@@ -1,0 +1,60 @@
+"""SLO samples: one row per finished, failed or dropped unit of workload."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import polars as pl
+from pydantic import BaseModel
+
+
+class Outcome(StrEnum):
+    """How a unit of work ended relative to its deadline."""
+
+    ON_TIME = "on_time"
+    LATE = "late"
+    ERROR = "error"
+    DROPPED = "dropped"
+
+
+class SLOSample(BaseModel):
+    """One transaction, job or background unit.
+
+    Times ``*_s`` are scenario seconds; ``latency_ms`` is wall milliseconds from the
+    *scheduled* start to the end, so queueing, lock waits and retries count.
+    """
+
+    workload: str
+    kind: str  # "oltp" | "olap" | "background"
+    unit: str  # transaction template or job name
+    scheduled_s: float
+    start_s: float | None
+    end_s: float
+    latency_ms: float
+    retries: int = 0
+    outcome: Outcome
+    sqlstate: str | None = None
+    error: str | None = None
+    correct: bool | None = None  # OLAP result check; None where not applicable
+
+
+SAMPLE_SCHEMA: dict[str, pl.DataType] = {
+    "workload": pl.String(),
+    "kind": pl.String(),
+    "unit": pl.String(),
+    "scheduled_s": pl.Float64(),
+    "start_s": pl.Float64(),
+    "end_s": pl.Float64(),
+    "latency_ms": pl.Float64(),
+    "retries": pl.Int32(),
+    "outcome": pl.String(),
+    "sqlstate": pl.String(),
+    "error": pl.String(),
+    "correct": pl.Boolean(),
+}
+
+
+def samples_frame(samples: list[SLOSample]) -> pl.DataFrame:
+    """Build a frame with the canonical schema (also for an empty list)."""
+    rows = [s.model_dump(mode="json") for s in samples]
+    return pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row" if not rows else None)
