@@ -71,7 +71,7 @@ def make_accessible_copy(bindir: Path, dest_root: Path) -> Path:
         shutil.copytree(install_root, dest_root / rel, symlinks=True)
         for sibling in keep.glob(f"{rel.parts[0]}.libs"):
             shutil.copytree(sibling, dest_root / sibling.name, symlinks=True)
-        for root, dirs, files in os.walk(dest_root):
+        for root, _dirs, files in os.walk(dest_root):
             os.chmod(root, 0o755)
             for f in files:
                 fp = os.path.join(root, f)
