@@ -23,10 +23,11 @@ class ScenarioClock:
         self._t0_mono = time.monotonic()
         self._t0_wall = time.time()
 
-    def restart(self) -> None:
-        """Set scenario time zero to now (called when the timeline starts)."""
-        self._t0_mono = time.monotonic()
-        self._t0_wall = time.time()
+    def restart(self, now_s: float = 0.0) -> None:
+        """Make the current instant scenario time ``now_s`` (e.g. ``-warmup`` before t = 0)."""
+        offset = now_s * self.time_scale
+        self._t0_mono = time.monotonic() - offset
+        self._t0_wall = time.time() - offset
 
     @property
     def wall_start(self) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -66,6 +67,16 @@ def dbaops_home() -> Path:
     if running_as_root():
         return Path("/var/lib/dbaops")
     return Path.home() / ".cache" / "dbaops"
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the postmaster does
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def free_port() -> int:
@@ -144,13 +155,19 @@ class PostgresCluster:
         return cluster
 
     async def _run(self, *args: str, check: bool = True, as_service: bool = True) -> str:
-        result = await anyio.run_process(
-            list(args),
-            check=False,
-            user=self.os_user if as_service else None,
-            start_new_session=True,
-            cwd=str(self.root),
-        )
+        # A worker thread rather than the event loop's subprocess support: uvloop does not
+        # accept ``user=``, and the server must run as the service user when we are root.
+        def run() -> subprocess.CompletedProcess[bytes]:
+            return subprocess.run(
+                list(args),
+                capture_output=True,
+                check=False,
+                user=self.os_user if as_service else None,
+                start_new_session=True,
+                cwd=str(self.root),
+            )
+
+        result = await anyio.to_thread.run_sync(run)
         out = (result.stdout or b"").decode() + (result.stderr or b"").decode()
         if check and result.returncode != 0:
             raise ClusterError(f"{' '.join(args)} failed ({result.returncode}): {out.strip()}")
@@ -199,7 +216,9 @@ class PostgresCluster:
     async def start(self) -> None:
         if await self.is_running():
             await self.stop()
-        self.port = free_port()
+        # Keep the port across restarts so endpoints held by a run stay valid.
+        if not port_is_free(self.port):
+            self.port = free_port()
         await self._run(
             self.binaries.tool("pg_ctl"),
             "-D",

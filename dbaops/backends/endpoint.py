@@ -1,0 +1,47 @@
+"""Where and how to connect: the one object workloads, actors, checks and tools share."""
+
+from __future__ import annotations
+
+import asyncpg
+from pydantic import BaseModel
+
+
+class Endpoint(BaseModel):
+    """A PostgreSQL server address and the fixture database; roles are chosen per connection."""
+
+    host: str
+    port: int
+    database: str
+    admin_user: str = "postgres"
+    password: str | None = None
+
+    async def connect(
+        self,
+        role: str | None = None,
+        application_name: str = "dbaops",
+        database: str | None = None,
+        timeout: float = 30.0,
+    ) -> asyncpg.Connection:
+        return await asyncpg.connect(
+            host=self.host,
+            port=self.port,
+            user=role or self.admin_user,
+            password=self.password,
+            database=database or self.database,
+            server_settings={"application_name": application_name},
+            timeout=timeout,
+        )
+
+    async def pool(
+        self, role: str, application_name: str, size: int, database: str | None = None
+    ) -> asyncpg.Pool:
+        return await asyncpg.create_pool(
+            host=self.host,
+            port=self.port,
+            user=role,
+            password=self.password,
+            database=database or self.database,
+            server_settings={"application_name": application_name},
+            min_size=0,
+            max_size=size,
+        )

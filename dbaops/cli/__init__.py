@@ -1,0 +1,202 @@
+"""The ``dbaops`` command line (Typer + Rich)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import structlog
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+console = Console()
+
+
+def _configure_logging(verbose: bool) -> None:
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.INFO if verbose else logging.WARNING
+        ),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    )
+
+
+@app.command("list")
+def list_cmd() -> None:
+    """List the scenario library (and any file that fails to load, with its error)."""
+    from dbaops.scenario.loader import ScenarioError, list_scenarios
+
+    table = Table("id", "mode", "domain", "level", "horizon", "title")
+    bad = 0
+    for path, item in list_scenarios():
+        if isinstance(item, ScenarioError):
+            bad += 1
+            table.add_row(path.stem, "[red]invalid[/red]", "", "", "", str(item)[:100])
+        else:
+            table.add_row(item.id, item.mode, item.domain, item.difficulty or "",
+                          f"{item.horizon_s:.0f}s", item.title)  # fmt: skip
+    console.print(table)
+    raise typer.Exit(1 if bad else 0)
+
+
+def _run(scenario: str, mode: str, agent: str, time_scale: float, runs_dir: Path, fresh: bool,
+         dsn: str | None, seed: int | None, horizon: float | None, quiet: bool,
+         verbose: bool) -> None:  # fmt: skip
+    from dbaops.cli.live import render
+    from dbaops.engine.runner import RunMonitor, RunOptions, run_scenario
+    from dbaops.scenario.loader import ScenarioError, load_scenario
+
+    _configure_logging(verbose)
+    try:
+        sc, _, _ = load_scenario(scenario)
+    except ScenarioError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    if sc.mode != mode:
+        console.print(f"[red]error:[/red] {sc.id} is a {sc.mode} scenario: use `dbaops {sc.mode}`")
+        raise typer.Exit(2)
+    options = RunOptions(time_scale=time_scale, agent=agent, runs_dir=runs_dir, fresh=fresh,
+                         dsn=dsn, seed=seed, horizon_s=horizon)  # fmt: skip
+    monitor = RunMonitor()
+
+    async def main() -> object:
+        if quiet or not console.is_terminal:
+            return await run_scenario(scenario, options, monitor)
+        with Live(render(monitor), console=console, refresh_per_second=2) as live:
+            async with anyio.create_task_group() as tg:
+
+                async def refresh() -> None:
+                    while True:
+                        live.update(render(monitor))
+                        await anyio.sleep(0.5)
+
+                tg.start_soon(refresh)
+                result = await run_scenario(scenario, options, monitor)
+                tg.cancel_scope.cancel()
+            live.update(render(monitor))
+            return result
+
+    try:
+        result = anyio.run(main, backend_options={"use_uvloop": True})
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted[/yellow]; run directory: {monitor.run_dir}")
+        raise typer.Exit(130) from None
+    from dbaops.engine.runner import RunResult
+
+    assert isinstance(result, RunResult)
+    console.print(f"run directory: [bold]{result.run_dir}[/bold]  status: {result.status}")
+    if result.reason:
+        console.print(f"reason: {result.reason}")
+    _print_verdict(result.run_dir)
+    raise typer.Exit(0 if result.status == "completed" else 1)
+
+
+def _print_verdict(run_dir: Path) -> None:
+    from dbaops.evaluation.compliance import format_compliance
+    from dbaops.evaluation.score import score_run
+
+    v = score_run(run_dir)
+    console.print(f"[bold]{v.scenario_id}[/bold] run {v.run_id} agent={v.agent} status={v.status}")
+    for note in v.notes:
+        console.print(f"  note: {note}")
+    if v.service_compliance.applicable:
+        console.print("Service Compliance: " + ("PASS" if v.service_compliance.passed else "FAIL"))
+        console.print(format_compliance(v.service_compliance))
+    for name, dim in (("Terminal Acceptance", v.terminal_acceptance),
+                      ("State Integrity", v.state_integrity)):  # fmt: skip
+        if dim.applicable:
+            console.print(f"{name}: " + {True: "PASS", False: "FAIL", None: "n/a"}[dim.passed])
+            for c in dim.checks:
+                console.print(f"  {'ok ' if c.passed else 'BAD'} {c.name}: observed {c.observed!r} "
+                              f"expected {c.expected}" + (f" error {c.error}" if c.error else ""))  # fmt: skip
+            for m in dim.missing:
+                console.print(f"  --- {m}: not evaluated")
+    outcome = {True: "[green]PASS[/green]", False: "[red]FAIL[/red]", None: "n/a (invalid run)"}
+    console.print(f"Outcome Pass: {outcome[v.outcome_pass]}")
+
+
+ScenarioArg = Annotated[str, typer.Argument(help="scenario id (see `dbaops list`) or a YAML path")]
+AgentOpt = Annotated[str, typer.Option("--agent", help="built-in agent name or module:Class")]
+ScaleOpt = Annotated[float, typer.Option("--time-scale", help="wall seconds per scenario second")]
+RunsOpt = Annotated[Path, typer.Option("--runs-dir")]
+FreshOpt = Annotated[bool, typer.Option("--fresh", help="rebuild the dirty snapshot")]
+DsnOpt = Annotated[
+    str | None, typer.Option("--dsn", help="use your own server instead of the embedded one")
+]
+SeedOpt = Annotated[int | None, typer.Option("--seed")]
+HorizonOpt = Annotated[float | None, typer.Option("--horizon", help="override the horizon (s)")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", help="no live view")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v")]
+
+
+@app.command()
+def persistent(scenario: ScenarioArg, agent: AgentOpt = "noop", time_scale: ScaleOpt = 1.0,
+               runs_dir: RunsOpt = Path("runs"), fresh: FreshOpt = False, dsn: DsnOpt = None,
+               seed: SeedOpt = None, horizon: HorizonOpt = None, quiet: QuietOpt = False,
+               verbose: VerboseOpt = False) -> None:  # fmt: skip
+    """Run a persistent scenario (one agent session over a timed event program)."""
+    _run(scenario, "persistent", agent, time_scale, runs_dir, fresh, dsn, seed, horizon, quiet,
+         verbose)  # fmt: skip
+
+
+@app.command()
+def bounded(scenario: ScenarioArg, agent: AgentOpt = "noop", time_scale: ScaleOpt = 1.0,
+            runs_dir: RunsOpt = Path("runs"), fresh: FreshOpt = False, dsn: DsnOpt = None,
+            seed: SeedOpt = None, horizon: HorizonOpt = None, quiet: QuietOpt = False,
+            verbose: VerboseOpt = False) -> None:  # fmt: skip
+    """Run a bounded scenario (one task from a restored dirty snapshot)."""
+    _run(scenario, "bounded", agent, time_scale, runs_dir, fresh, dsn, seed, horizon, quiet,
+         verbose)  # fmt: skip
+
+
+@app.command()
+def score(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+          as_json: Annotated[bool, typer.Option("--json")] = False) -> None:  # fmt: skip
+    """Score a recorded run again (no database needed) and write verdict.json."""
+    from dbaops.evaluation.score import score_run, write_verdict
+
+    if not (run_dir / "trace.jsonl").exists():
+        console.print(f"[red]error:[/red] {run_dir} has no trace.jsonl: not a run directory")
+        raise typer.Exit(2)
+    verdict = score_run(run_dir)
+    path = write_verdict(run_dir, verdict)
+    if as_json:
+        print(json.dumps(verdict.model_dump(mode="json"), indent=2))
+    else:
+        _print_verdict(run_dir)
+        console.print(f"wrote {path}")
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of scenario files."""
+    from dbaops.scenario.loader import scenario_json_schema
+
+    print(json.dumps(scenario_json_schema(), indent=2))
+
+
+@app.command()
+def check(paths: Annotated[list[Path], typer.Argument(help="scenario files to validate")]) -> None:
+    """Validate scenario files; prints one clear error per problem."""
+    from dbaops.scenario.loader import ScenarioError, load_scenario
+
+    bad = 0
+    for p in paths:
+        try:
+            load_scenario(p)
+            console.print(f"ok  {p}")
+        except ScenarioError as exc:
+            bad += 1
+            console.print(f"[red]BAD[/red] {exc}")
+    raise typer.Exit(1 if bad else 0)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,51 @@
+"""Rich live view of a running scenario: clock, phase, events fired, per-workload SLO state."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from dbaops.engine.runner import RunMonitor
+from dbaops.workloads.sink import workload_stat
+
+
+def render(monitor: RunMonitor) -> Group:
+    sc = monitor.scenario
+    now = monitor.clock.now() if monitor.clock else 0.0
+    head = Text.assemble(
+        (f"{sc.id if sc else '?'} ", "bold"),
+        (f"[{monitor.phase}] ", "cyan"),
+        f"t = {now:7.1f} s / {monitor.horizon_s:.0f} s",
+    )
+    wl = Table(title="workloads (last 10 scenario-s)", expand=False)
+    for col in ("workload", "units", "on time", "p95 ms", "errors", "dropped"):
+        wl.add_column(col, justify="right" if col != "workload" else "left")
+    if monitor.sink is not None and sc is not None:
+        recent = monitor.sink.recent(now - 10.0)
+        for w in sc.workloads:
+            f = recent.filter(recent["workload"] == w.name)
+            ratio = workload_stat(f, "on_time_ratio")
+            p95 = workload_stat(f, "p95_ms")
+            style = "green" if ratio is not None and ratio >= 0.99 else "red"
+            wl.add_row(
+                w.name,
+                str(f.height),
+                Text(f"{ratio:.1%}" if ratio is not None else "-", style=style),
+                f"{p95:.1f}" if p95 is not None else "-",
+                str((f["outcome"] == "error").sum()),
+                str((f["outcome"] == "dropped").sum()),
+            )
+    ev = Table(title="events", expand=False)
+    for col in ("t", "id", "fault", "alert / inspection", "status"):
+        ev.add_column(col)
+    for e in monitor.events[-8:]:
+        ev.add_row(f"{e.at_s:.0f}", e.event_id, e.fault or "", e.alert or e.inspection or "",
+                   e.status)  # fmt: skip
+    checks = Table(title="checks", expand=False)
+    for col in ("purpose", "name", "passed", "observed"):
+        checks.add_column(col)
+    for c in monitor.checks[-8:]:
+        checks.add_row(c.purpose, c.name, Text(str(c.passed), style="green" if c.passed else "red"),
+                       str(c.observed)[:60])  # fmt: skip
+    return Group(head, wl, ev, checks)

@@ -1,0 +1,210 @@
+"""Executing fault parts: one-shot SQL and settings, and live actors (held sessions, loads).
+
+Live actors cannot live in a file snapshot, so scenarios declare them as activation actors
+(started after restore) or as timed faults in the event program. Every actor is recorded with
+its pid and backend_start, so protected sessions can be recognised later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import anyio
+import asyncpg
+import structlog
+
+from dbaops.backends.endpoint import Endpoint
+from dbaops.clock import ScenarioClock
+from dbaops.records import ActorRecord
+from dbaops.scenario.parts import (
+    FaultSpec,
+    HoldTransaction,
+    IdleConnections,
+    InstanceControl,
+    LoadActor,
+    SetSetting,
+    SqlFault,
+)
+
+log = structlog.get_logger(__name__)
+
+
+class InstanceController(Protocol):
+    """Server process control; only the embedded backend has one."""
+
+    async def start(self) -> None: ...
+    async def stop(self, mode: str = "fast") -> None: ...
+    async def restart(self) -> None: ...
+    async def is_running(self) -> bool: ...
+
+
+class RecordSink(Protocol):
+    def write(self, record: ActorRecord) -> None: ...  # type: ignore[override]
+
+
+@dataclass
+class ActorContext:
+    """What actors need: where to connect, the clock, the trace, instance control."""
+
+    endpoint: Endpoint
+    clock: ScenarioClock
+    trace: RecordSink
+    instance: InstanceController | None = None
+    label: str = ""
+    started: list[ActorRecord] = field(default_factory=list)
+
+
+class FaultError(RuntimeError):
+    """A fault could not be applied."""
+
+
+_ISO = {"read_committed": "READ COMMITTED", "repeatable_read": "REPEATABLE READ",
+        "serializable": "SERIALIZABLE"}  # fmt: skip
+
+
+async def _identity(conn: asyncpg.Connection) -> tuple[int, str]:
+    row = await conn.fetchrow(
+        "SELECT pid, backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+    )
+    assert row is not None
+    return int(row["pid"]), str(row["backend_start"])
+
+
+async def run_fault(fault: FaultSpec, ctx: ActorContext) -> None:
+    """Apply a fault; live actors run until their duration ends or the run is cancelled."""
+    if isinstance(fault, SqlFault):
+        await _sql(fault, ctx)
+    elif isinstance(fault, SetSetting):
+        await _set_setting(fault, ctx)
+    elif isinstance(fault, InstanceControl):
+        await _instance(fault, ctx)
+    elif isinstance(fault, HoldTransaction):
+        await _hold(fault, ctx)
+    elif isinstance(fault, LoadActor):
+        await _load(fault, ctx)
+    elif isinstance(fault, IdleConnections):
+        await _idle(fault, ctx)
+    else:  # pragma: no cover - the discriminated union makes this unreachable
+        raise FaultError(f"unknown fault {fault!r}")
+
+
+async def _sql(fault: SqlFault, ctx: ActorContext) -> None:
+    conn = await ctx.endpoint.connect(fault.role, fault.application_name, fault.database)
+    try:
+        if fault.in_transaction:
+            async with conn.transaction():
+                await conn.execute(fault.sql)
+        else:
+            await conn.execute(fault.sql)
+    finally:
+        await conn.close(timeout=5)
+
+
+async def _set_setting(fault: SetSetting, ctx: ActorContext) -> None:
+    conn = await ctx.endpoint.connect(application_name="dbaops_fault", database="postgres")
+    try:
+        value = fault.value.replace("'", "''")
+        await conn.execute(f"ALTER SYSTEM SET {fault.name} = '{value}'")
+        if not fault.restart:
+            await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close(timeout=5)
+    if fault.restart:
+        if ctx.instance is None:
+            raise FaultError("set_setting with restart needs instance control (embedded backend)")
+        await ctx.instance.restart()
+
+
+async def _instance(fault: InstanceControl, ctx: ActorContext) -> None:
+    if ctx.instance is None:
+        raise FaultError(f"instance action {fault.action!r} needs the embedded backend")
+    if fault.action == "stop":
+        await ctx.instance.stop()
+    elif fault.action == "start":
+        await ctx.instance.start()
+    else:
+        await ctx.instance.restart()
+
+
+def _record(ctx: ActorContext, fault: HoldTransaction | LoadActor | IdleConnections, status: str,
+            pid: int | None = None, backend_start: str | None = None, **detail: object) -> None:  # fmt: skip
+    ctx.trace.write(
+        ActorRecord(
+            t_scn=ctx.clock.now(), actor=f"{ctx.label}:{fault.kind}", status=status,
+            role=fault.role, application_name=fault.application_name,
+            protected=getattr(fault, "protected", False), pid=pid, backend_start=backend_start,
+            detail=dict(detail),
+        )
+    )  # fmt: skip
+
+
+async def _hold(fault: HoldTransaction, ctx: ActorContext) -> None:
+    conn = await ctx.endpoint.connect(fault.role, fault.application_name, fault.database)
+    pid, started = await _identity(conn)
+    try:
+        await conn.execute(f"BEGIN ISOLATION LEVEL {_ISO[fault.isolation]}")
+        for stmt in fault.statements:
+            await conn.execute(stmt)
+        _record(ctx, fault, "started", pid, started)
+        if fault.idle:
+            if fault.duration_s is None:
+                await anyio.sleep_forever()
+            await ctx.clock.sleep(fault.duration_s)
+        else:
+            wall = ctx.clock.wall_seconds(fault.duration_s) if fault.duration_s else 86400.0
+            await conn.execute(f"SELECT pg_sleep({wall:.3f})")
+        await conn.execute("COMMIT" if fault.finish == "commit" else "ROLLBACK")
+        _record(ctx, fault, "finished", pid, started)
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        # Typically the agent (or a timeout) ended the session: that is evidence, not a crash.
+        _record(ctx, fault, "ended", pid, started, error=f"{type(exc).__name__}: {exc}"[:300])
+    finally:
+        with anyio.CancelScope(shield=True):
+            conn.terminate()
+
+
+async def _load(fault: LoadActor, ctx: ActorContext) -> None:
+    async def session(i: int) -> None:
+        conn = await ctx.endpoint.connect(fault.role, fault.application_name, fault.database)
+        pid, started = await _identity(conn)
+        _record(ctx, fault, "started", pid, started, session=i)
+        try:
+            while True:
+                for stmt in fault.statements:
+                    await conn.execute(stmt)
+                await anyio.sleep(fault.pause_ms / 1000.0)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            _record(ctx, fault, "ended", pid, started, error=f"{type(exc).__name__}: {exc}"[:300])
+        finally:
+            with anyio.CancelScope(shield=True):
+                conn.terminate()
+
+    with anyio.move_on_after(
+        ctx.clock.wall_seconds(fault.duration_s) if fault.duration_s else None
+    ):
+        async with anyio.create_task_group() as tg:
+            for i in range(fault.sessions):
+                tg.start_soon(session, i)
+
+
+async def _idle(fault: IdleConnections, ctx: ActorContext) -> None:
+    conns: list[asyncpg.Connection] = []
+    try:
+        for _ in range(fault.count):
+            try:
+                conns.append(
+                    await ctx.endpoint.connect(fault.role, fault.application_name, fault.database)
+                )
+            except (asyncpg.PostgresError, OSError) as exc:
+                _record(ctx, fault, "partial", opened=len(conns), error=str(exc)[:300])
+                break
+        _record(ctx, fault, "started", opened=len(conns))
+        if fault.duration_s is None:
+            await anyio.sleep_forever()
+        await ctx.clock.sleep(fault.duration_s)
+        _record(ctx, fault, "finished", opened=len(conns))
+    finally:
+        with anyio.CancelScope(shield=True):
+            for c in conns:
+                c.terminate()

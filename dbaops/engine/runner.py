@@ -1,0 +1,433 @@
+"""Runs one scenario against a live PostgreSQL: restore, warm up, manifest, timeline, finish.
+
+One anyio task group per run owns the workload drivers, the sample flusher, the metric sampler,
+the server-log follower, activation actors, the event program and the agent session. The end of
+the scenario, Ctrl-C or a crash of one task cancels the group; the run record is flushed in a
+shielded ``finally`` whatever happened, so an interrupted run can still be scored.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import secrets
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import structlog
+from pydantic import BaseModel
+
+import dbaops
+from dbaops.agents.base import Agent, AgentSession, load_agent
+from dbaops.backends.endpoint import Endpoint
+from dbaops.clock import ScenarioClock
+from dbaops.engine.actors import ActorContext, run_fault
+from dbaops.engine.backend import PostgresBackend, embedded_backend, external_backend
+from dbaops.engine.checks import evaluate_check
+from dbaops.engine.fixture import build_fixture
+from dbaops.engine.serverlog import ServerLogFollower
+from dbaops.records import (
+    CheckRecord,
+    EventRecord,
+    PhaseRecord,
+    Record,
+    RunEnd,
+    RunHeader,
+    VerdictRecord,
+)
+from dbaops.rundir import ParquetParts, RunDir, TraceWriter
+from dbaops.scenario.loader import load_scenario, preparation_key
+from dbaops.scenario.model import (
+    BackgroundWorkload,
+    Event,
+    OlapWorkload,
+    OltpWorkload,
+    Scenario,
+)
+from dbaops.workloads.drivers import BackgroundDriver, OlapDriver, OltpDriver, result_hash
+from dbaops.workloads.samples import SAMPLE_SCHEMA
+from dbaops.workloads.sink import SampleSink
+from dbaops.workloads.spec import WorkloadLibrary
+
+log = structlog.get_logger(__name__)
+
+
+class RunOptions(BaseModel):
+    """How to run a scenario."""
+
+    time_scale: float = 1.0
+    agent: str = "noop"
+    seed: int | None = None
+    runs_dir: Path = Path("runs")
+    fresh: bool = False
+    dsn: str | None = None
+    pg_bindir: Path | None = None
+    horizon_s: float | None = None
+    metrics: bool = True
+    agent_grace_s: float = 5.0
+
+
+class RunResult(BaseModel):
+    run_dir: Path
+    status: str
+    reason: str | None = None
+    verdict: dict[str, Any] | None = None
+
+
+@dataclass
+class RunMonitor:
+    """Live state of a run, for progress views (read-only for observers)."""
+
+    phase: str = "starting"
+    scenario: Scenario | None = None
+    run_dir: Path | None = None
+    clock: ScenarioClock | None = None
+    sink: SampleSink | None = None
+    horizon_s: float = 0.0
+    events: list[EventRecord] = field(default_factory=list)
+    checks: list[CheckRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class RunTrace:
+    """The run's trace writer, also feeding the live monitor."""
+
+    def __init__(self, writer: TraceWriter, monitor: RunMonitor) -> None:
+        self._writer = writer
+        self._monitor = monitor
+
+    def write(self, record: Record) -> None:
+        self._writer.write(record)
+        if isinstance(record, EventRecord):
+            self._monitor.events.append(record)
+        elif isinstance(record, CheckRecord):
+            self._monitor.checks.append(record)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class NotManifested(RuntimeError):
+    """The scenario's manifestation predicates did not hold: the run is not admitted."""
+
+
+# -- preparation -------------------------------------------------------------------------------
+async def _prepare_state(
+    sc: Scenario, lib: WorkloadLibrary, backend: PostgresBackend, trace: RunTrace,
+    clock: ScenarioClock, fresh: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """Restore the dirty snapshot (building it first if needed); returns preparation metadata."""
+    version = await backend.server_version()
+    key = preparation_key(sc, lib, version)
+    cluster = backend.cluster
+    endpoint = backend.for_database(lib.database)
+    if cluster is not None and cluster.has_snapshot(key) and not fresh:
+        meta = json.loads((cluster.snapshot_root / key / "prep.json").read_text())
+        seconds = await cluster.restore_snapshot(key)
+        trace.write(PhaseRecord(phase="restore", duration_s=seconds, detail={"snapshot": key}))
+        return meta
+
+    t0 = time.monotonic()
+    params = {**lib.params, **sc.database.params}
+    build_s = await build_fixture(backend.admin, lib, params, sc.database.seed)
+    trace.write(PhaseRecord(phase="build_fixture", duration_s=build_s, detail={"params": params}))
+    ctx = ActorContext(endpoint=endpoint, clock=clock, trace=trace, instance=cluster, label="prep")
+    for i, op in enumerate(sc.preparation.construction):
+        t1 = time.monotonic()
+        await run_fault(op, ctx)
+        trace.write(PhaseRecord(phase="construction", duration_s=time.monotonic() - t1,
+                                detail={"index": i, "kind": op.kind}))  # fmt: skip
+    failed = []
+    for check in sc.preparation.preconditions:
+        rec = await evaluate_check(check, "precondition", endpoint, clock, None)
+        trace.write(rec)
+        if not rec.passed:
+            failed.append(rec.name)
+    if failed:
+        raise NotManifested(f"preconditions failed after preparation: {', '.join(failed)}")
+    expected = await _expected_results(sc, lib, endpoint)
+    meta = {"key": key, "expected_results": expected, "server_version": version,
+            "prepare_s": time.monotonic() - t0}  # fmt: skip
+    if cluster is not None:
+        capture_s = await cluster.capture_snapshot(key)
+        (cluster.snapshot_root / key / "prep.json").write_text(json.dumps(meta))
+        trace.write(PhaseRecord(phase="snapshot_capture", duration_s=capture_s,
+                                detail={"snapshot": key}))  # fmt: skip
+        seconds = await cluster.restore_snapshot(key)
+        trace.write(PhaseRecord(phase="restore", duration_s=seconds, detail={"snapshot": key}))
+    return meta
+
+
+async def _expected_results(
+    sc: Scenario, lib: WorkloadLibrary, endpoint: Endpoint
+) -> dict[str, str]:
+    """Reference result hashes of the OLAP jobs, computed on the prepared state."""
+    templates = {j.template for w in sc.workloads if isinstance(w, OlapWorkload) for j in w.jobs}
+    out: dict[str, str] = {}
+    for name in sorted(templates):
+        job = lib.jobs[name]
+        if not job.check_result:
+            continue
+        conn = await endpoint.connect(application_name="dbaops_prepare")
+        try:
+            out[name] = result_hash(await conn.fetch(job.sql))
+        finally:
+            await conn.close()
+    return out
+
+
+# -- timeline ---------------------------------------------------------------------------------
+Dispatch = Callable[[Event, bool], Awaitable[None]]
+
+
+async def _event_program(
+    sc: Scenario, ctx: ActorContext, trace: RunTrace, sink: SampleSink, dispatch: Dispatch,
+    tg: anyio.abc.TaskGroup,
+) -> None:  # fmt: skip
+    clock = ctx.clock
+    for ev in sorted(sc.events, key=lambda e: e.at):
+        await clock.sleep_until(ev.at)
+        detail: dict[str, Any] = {}
+        alert_raised = ev.alert is not None
+        if ev.alert is not None and ev.alert.when is not None:
+            rec = await evaluate_check(ev.alert.when, "alert_condition", ctx.endpoint, clock, sink)
+            trace.write(rec)
+            alert_raised = bool(rec.passed)
+            detail["alert_condition"] = rec.passed
+        if ev.fault is not None:
+            fault_ctx = ActorContext(ctx.endpoint, clock, trace, ctx.instance, label=ev.id)
+            if ev.fault.kind in ("sql", "set_setting", "instance"):
+                await run_fault(ev.fault, fault_ctx)
+            else:
+                tg.start_soon(run_fault, ev.fault, fault_ctx)
+        trace.write(EventRecord(
+            t_scn=clock.now(), event_id=ev.id, at_s=ev.at,
+            fault=ev.fault.kind if ev.fault else None,
+            alert=ev.alert.title if ev.alert and alert_raised else None,
+            inspection=ev.inspection.title if ev.inspection else None,
+            status="fired" if (alert_raised or ev.fault or ev.inspection) else "skipped",
+            detail=detail,
+        ))  # fmt: skip
+        if alert_raised or ev.inspection is not None:
+            await dispatch(ev, alert_raised)
+
+
+def _drivers(
+    sc: Scenario, lib: WorkloadLibrary, endpoint: Endpoint, clock: ScenarioClock,
+    sink: SampleSink, seed: int, horizon_s: float, expected: dict[str, str],
+) -> list[OltpDriver | OlapDriver | BackgroundDriver]:  # fmt: skip
+    params = {**lib.params, **sc.database.params}
+    out: list[OltpDriver | OlapDriver | BackgroundDriver] = []
+    for w in sc.workloads:
+        if isinstance(w, OltpWorkload):
+            out.append(OltpDriver(w, lib, params, endpoint, clock, sink, seed))
+        elif isinstance(w, OlapWorkload):
+            out.append(OlapDriver(w, lib, endpoint, clock, sink, horizon_s, expected))
+        elif isinstance(w, BackgroundWorkload):
+            out.append(BackgroundDriver(w, lib, params, endpoint, clock, sink, seed))
+    return out
+
+
+def _versions(server_version: str) -> dict[str, str]:
+    import asyncpg
+    import polars
+
+    return {"dbaops": dbaops.__version__, "python": platform.python_version(),
+            "asyncpg": asyncpg.__version__, "polars": polars.__version__,
+            "postgres": server_version}  # fmt: skip
+
+
+def new_run_dir(runs_dir: Path, scenario_id: str, agent: str) -> RunDir:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    safe_agent = "".join(c if c.isalnum() or c in "-_" else "_" for c in agent)
+    return RunDir(runs_dir / scenario_id / f"{stamp}-{safe_agent}-{secrets.token_hex(2)}").create()
+
+
+async def run_scenario(
+    ref: str | Path,
+    options: RunOptions,
+    monitor: RunMonitor | None = None,
+    agent: Agent | None = None,
+) -> RunResult:
+    """Run one scenario end to end and score it; always leaves a readable run directory."""
+    sc, lib, path = load_scenario(ref)
+    monitor = monitor or RunMonitor()
+    agent = agent or load_agent(options.agent)
+    horizon = options.horizon_s or sc.horizon_s
+    seed = options.seed if options.seed is not None else sc.database.seed
+    rd = new_run_dir(options.runs_dir, sc.id, agent.name)
+    shutil.copyfile(path, rd.scenario)
+    trace = RunTrace(TraceWriter(rd.trace), monitor)
+    monitor.scenario, monitor.run_dir, monitor.horizon_s = sc, rd.path, horizon
+    clock = ScenarioClock(options.time_scale)
+    parts = ParquetParts(rd.samples_dir, rd.path / "samples.parquet", SAMPLE_SCHEMA)
+    sink = SampleSink(parts)
+    monitor.sink = sink
+    status, reason = "failed", None
+    backend: PostgresBackend | None = None
+    follower: ServerLogFollower | None = None
+    metric_parts: ParquetParts | None = None
+    t_start = time.monotonic()
+    try:
+        monitor.phase = "starting server"
+        backend = (await external_backend(options.dsn) if options.dsn
+                   else await embedded_backend(sc.id, options.pg_bindir))  # fmt: skip
+        monitor.phase = "preparing"
+        meta = await _prepare_state(sc, lib, backend, trace, clock, options.fresh)
+        endpoint = backend.for_database(lib.database)
+        if backend.cluster is not None:
+            follower = ServerLogFollower(backend.cluster.log_path, rd.server_log)
+        trace.write(RunHeader(
+            run_id=rd.path.name, scenario_id=sc.id, scenario_mode=sc.mode,
+            scenario_sha256=meta["key"], horizon_s=horizon, time_scale=options.time_scale,
+            agent=agent.name, seed=seed, backend=backend.describe(),
+            versions=_versions(meta["server_version"]),
+            settings={"warmup_s": sc.preparation.warmup_s, "snapshot": meta["key"]},
+        ))  # fmt: skip
+        session = AgentSession(sc.id, sc.mode, horizon, clock)
+        ctx = ActorContext(endpoint=endpoint, clock=clock, trace=trace, instance=backend.cluster,
+                           label="activation")  # fmt: skip
+
+        async def dispatch(ev: Event, alert_raised: bool) -> None:
+            session.extras.setdefault("tasks", []).append(ev)
+
+        not_manifested: str | None = None
+        clock.restart(-sc.preparation.warmup_s)
+        monitor.clock = clock
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sink.run_flusher)
+            if follower is not None:
+                tg.start_soon(follower.run)
+            if options.metrics:
+                metric_parts = _start_metrics(tg, rd, endpoint, clock)
+            for driver in _drivers(sc, lib, endpoint, clock, sink, seed, horizon,
+                                   meta["expected_results"]):  # fmt: skip
+                tg.start_soon(driver.run)
+            for fault in sc.preparation.activation:
+                if fault.kind in ("sql", "set_setting", "instance"):
+                    await run_fault(fault, ctx)
+                else:
+                    tg.start_soon(run_fault, fault, ctx)
+            monitor.phase = "warm-up"
+            await clock.sleep_until(0.0)
+            monitor.phase = "manifestation"
+            failed = []
+            for check in sc.preparation.manifestation:
+                rec = await evaluate_check(check, "manifestation", endpoint, clock, sink)
+                trace.write(rec)
+                if not rec.passed:
+                    failed.append(
+                        f"{rec.name} (observed {rec.observed!r}, expected {rec.expected})"
+                    )
+            if failed:
+                not_manifested = "manifestation predicates failed: " + "; ".join(failed)
+                tg.cancel_scope.cancel()
+                await anyio.lowlevel.checkpoint()
+            monitor.phase = "running"
+            trace.write(PhaseRecord(t_scn=clock.now(), phase="timeline_start"))
+            tg.start_soon(_event_program, sc, ctx, trace, sink, dispatch, tg)
+            tg.start_soon(agent.run, session)
+            await clock.sleep_until(horizon)
+            session.ended.set()
+            trace.write(PhaseRecord(t_scn=clock.now(), phase="timeline_end"))
+            tg.cancel_scope.cancel()
+        if not_manifested:
+            raise NotManifested(not_manifested)
+        monitor.phase = "finishing"
+        await _terminal_checks(sc, endpoint, clock, sink, trace)
+        status = "completed"
+    except NotManifested as exc:
+        status, reason = "not_manifested", str(exc)
+    except anyio.get_cancelled_exc_class():
+        status, reason = "interrupted", "cancelled (Ctrl-C or shutdown)"
+        raise
+    except KeyboardInterrupt:
+        status, reason = "interrupted", "Ctrl-C"
+        raise
+    except BaseException as exc:
+        status, reason = "failed", _describe(exc)
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            verdict = await _finish(rd, trace, sink, parts, metric_parts, follower, backend,
+                                    status, reason, time.monotonic() - t_start)  # fmt: skip
+            monitor.phase = status
+    return RunResult(run_dir=rd.path, status=status, reason=reason, verdict=verdict)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"[:1000]
+
+
+def _start_metrics(
+    tg: anyio.abc.TaskGroup, rd: RunDir, endpoint: Endpoint, clock: ScenarioClock
+) -> ParquetParts | None:
+    try:
+        from dbaops.engine.metrics import METRIC_SCHEMA, MetricSampler
+    except ImportError:
+        return None
+    parts = ParquetParts(rd.metrics_dir, rd.path / "metrics.parquet", METRIC_SCHEMA)
+
+    async def connect() -> Any:
+        return await endpoint.connect(application_name="dbaops_sampler")
+
+    sampler = MetricSampler(connect, clock, parts, database=endpoint.database)
+    tg.start_soon(sampler.run)
+    return parts
+
+
+async def _terminal_checks(
+    sc: Scenario, endpoint: Endpoint, clock: ScenarioClock, sink: SampleSink, trace: RunTrace
+) -> None:
+    for check in sc.evaluation.terminal:
+        trace.write(await evaluate_check(check, "terminal", endpoint, clock, sink))
+    for check in sc.evaluation.integrity:
+        trace.write(await evaluate_check(check, "integrity", endpoint, clock, sink))
+
+
+async def _finish(
+    rd: RunDir, trace: RunTrace, sink: SampleSink, parts: ParquetParts,
+    metric_parts: ParquetParts | None, follower: ServerLogFollower | None,
+    backend: PostgresBackend | None, status: str, reason: str | None, duration_s: float,
+) -> dict[str, Any] | None:  # fmt: skip
+    """Flush everything, record the end, score, stop the embedded server."""
+    from dbaops.evaluation.score import score_run, write_verdict
+
+    sink.flush()
+    parts.compact()
+    if metric_parts is not None and metric_parts.directory.exists():
+        metric_parts.compact()
+    if follower is not None:
+        follower.copy_new()
+    server_up: bool | None = None
+    if backend is not None and backend.cluster is not None:
+        try:
+            server_up = await backend.cluster.is_running()
+        except Exception:  # noqa: BLE001 - best effort at teardown
+            server_up = None
+    trace.write(PhaseRecord(phase="server_status", detail={"running": server_up}))
+    trace.write(RunEnd(status=status, reason=reason, duration_s=duration_s))
+    verdict: dict[str, Any] | None = None
+    try:
+        result = score_run(rd.path)
+        write_verdict(rd.path, result)
+        verdict = result.model_dump(mode="json")
+        trace.write(VerdictRecord(verdict=verdict))
+    except Exception as exc:  # noqa: BLE001 - scoring must not hide the run's own outcome
+        log.error("scoring failed", error=str(exc))
+    trace.close()
+    if backend is not None and backend.cluster is not None:
+        try:
+            await backend.cluster.stop()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not stop the embedded server", error=str(exc))
+    return verdict

@@ -1,0 +1,138 @@
+"""Scoring a run directory: a pure function of the recorded run (no database, no model).
+
+Reads ``scenario.yaml`` (the copy made at run time), ``trace.jsonl`` and the SLO samples, and
+returns the verdicts with their evidence. Outcome Pass requires every applicable dimension to
+pass; inapplicable dimensions are excluded (paper §5.1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field
+
+from dbaops.evaluation.compliance import ServiceComplianceVerdict, evaluate_service_compliance
+from dbaops.records import CheckRecord, PhaseRecord, Record, RunEnd, RunHeader
+from dbaops.rundir import RunDir, read_samples, read_trace
+from dbaops.scenario.model import Scenario
+
+
+class CheckEvidence(BaseModel):
+    name: str
+    passed: bool | None
+    observed: Any = None
+    expected: Any = None
+    error: str | None = None
+
+
+class ChecksVerdict(BaseModel):
+    """A dimension judged by recorded harness checks (terminal acceptance, state integrity)."""
+
+    applicable: bool
+    passed: bool | None
+    checks: list[CheckEvidence] = Field(default_factory=list)
+    missing: list[str] = Field(default_factory=list)
+
+
+class RunVerdict(BaseModel):
+    """All verdicts of one run with the evidence behind them."""
+
+    scenario_id: str
+    run_id: str | None
+    agent: str | None
+    status: str  # run_end status, or "incomplete" when the run was killed
+    complete: bool
+    manifested: bool
+    service_compliance: ServiceComplianceVerdict
+    terminal_acceptance: ChecksVerdict
+    state_integrity: ChecksVerdict
+    outcome_pass: bool | None = Field(
+        description="None when the run is not a valid, complete run (excluded from metrics)"
+    )
+    notes: list[str] = Field(default_factory=list)
+
+
+def _checks(records: list[Record], purpose: str, declared: list[str]) -> ChecksVerdict:
+    if not declared:
+        return ChecksVerdict(applicable=False, passed=None)
+    found = {r.name: r for r in records if isinstance(r, CheckRecord) and r.purpose == purpose}
+    evidence = [
+        CheckEvidence(
+            name=r.name, passed=r.passed, observed=r.observed, expected=r.expected, error=r.error
+        )  # fmt: skip
+        for r in found.values()
+    ]
+    missing = [n for n in declared if n not in found]
+    passed = None if missing else all(bool(e.passed) for e in evidence)
+    return ChecksVerdict(applicable=True, passed=passed, checks=evidence, missing=missing)
+
+
+def load_run_scenario(run_dir: Path) -> Scenario:
+    """The scenario as it was run (validated on its own; no library needed)."""
+    data = yaml.safe_load(RunDir(run_dir).scenario.read_text(encoding="utf-8"))
+    return Scenario.model_validate(data)
+
+
+def score_run(run_dir: Path) -> RunVerdict:
+    """Compute every verdict of a run from its directory."""
+    sc = load_run_scenario(run_dir)
+    records = read_trace(run_dir)
+    header = next((r for r in records if isinstance(r, RunHeader)), None)
+    end = next((r for r in records if isinstance(r, RunEnd)), None)
+    status = end.status if end else "incomplete"
+    complete = status == "completed"
+    notes: list[str] = []
+    manifested = (
+        not any(
+            isinstance(r, CheckRecord) and r.purpose == "manifestation" and not r.passed
+            for r in records
+        )
+        and status != "not_manifested"
+    )
+    horizon = header.horizon_s if header else sc.horizon_s
+    if not complete:
+        seen = [r.t_scn for r in records if r.t_scn is not None]
+        reached = max(seen) if seen else 0.0
+        notes.append(f"run {status}: scored up to t={reached:.1f}s of {horizon:.0f}s")
+        horizon = max(min(horizon, reached), 1e-6)
+    samples = read_samples(run_dir)
+    compliance = evaluate_service_compliance(samples, sc.evaluation.service_compliance, horizon)
+    terminal = _checks(records, "terminal", [c.name for c in sc.evaluation.terminal])
+    integrity = _checks(records, "integrity", [c.name for c in sc.evaluation.integrity])
+    server_down = any(
+        isinstance(r, PhaseRecord)
+        and r.phase == "server_status"
+        and r.detail.get("running") is False
+        for r in records
+    )
+    outcome: bool | None = None
+    if complete and manifested:
+        dims: list[bool | None] = []
+        if compliance.applicable:
+            dims.append(compliance.passed)
+        for d in (terminal, integrity):
+            if d.applicable:
+                dims.append(d.passed)
+        outcome = all(bool(d) for d in dims) if dims else None
+        if server_down:
+            notes.append("the server was down at the end of the run: every verdict is false")
+            outcome = False
+    return RunVerdict(
+        scenario_id=sc.id, run_id=header.run_id if header else None,
+        agent=header.agent if header else None, status=status, complete=complete,
+        manifested=manifested, service_compliance=compliance, terminal_acceptance=terminal,
+        state_integrity=integrity, outcome_pass=outcome, notes=notes,
+    )  # fmt: skip
+
+
+def write_verdict(run_dir: Path, verdict: RunVerdict) -> Path:
+    """Write ``verdict.json`` atomically."""
+    path = RunDir(run_dir).verdict
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(verdict.model_dump(mode="json"), indent=2) + "\n")
+    os.replace(tmp, path)
+    return path

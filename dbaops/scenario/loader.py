@@ -1,0 +1,196 @@
+"""Loading scenario and workload-library files with one clear error per problem."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from dbaops.scenario.model import OlapWorkload, Scenario
+from dbaops.workloads.spec import WorkloadLibrary
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ScenarioError(ValueError):
+    """A scenario or library file is malformed; the message names file, field and problem."""
+
+    def __init__(self, path: Path, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        super().__init__(
+            f"{path}: " + ("\n  " if len(problems) > 1 else "") + "\n  ".join(problems)
+        )
+
+
+def _repo_dir(name: str) -> Path:
+    env = os.environ.get(f"DBAOPS_{name.upper()}")
+    if env:
+        return Path(env)
+    cwd = Path.cwd() / name
+    if cwd.is_dir():
+        return cwd
+    return Path(__file__).resolve().parents[2] / name
+
+
+def timelines_dir() -> Path:
+    """Directory of the scenario library ($DBAOPS_TIMELINES, ./timelines, or the repo's)."""
+    return _repo_dir("timelines")
+
+
+def workloads_dir() -> Path:
+    """Directory of the workload library ($DBAOPS_WORKLOADS, ./workloads, or the repo's)."""
+    return _repo_dir("workloads")
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _format_error(err: Any) -> str:
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p and "]" in p))
+    where = _loc(loc)
+    etype = err["type"]
+    if etype == "union_tag_invalid":
+        ctx = err.get("ctx", {})
+        return (
+            f"{where}.{ctx.get('discriminator', '').strip(chr(39))}: unknown "
+            f"{ctx.get('tag')!r} (known: {ctx.get('expected_tags')})"
+        )
+    if etype == "union_tag_not_found":
+        ctx = err.get("ctx", {})
+        return f"{where}: missing discriminator field {ctx.get('discriminator')}"
+    if etype == "extra_forbidden":
+        return f"{where}: unknown field"
+    if etype == "missing":
+        return f"{where}: required field is missing"
+    return f"{where}: {err['msg']}"
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(path, ["file not found"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ScenarioError(
+            path, [f"{where}invalid YAML: {getattr(exc, 'problem', exc)}"]
+        ) from None
+    if not isinstance(data, dict):
+        raise ScenarioError(path, ["expected a mapping at the top level"])
+    return data
+
+
+def _validate(model: type[M], data: Any, path: Path) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(path, [_format_error(e) for e in exc.errors()]) from None
+
+
+def load_library(library_id: str, directory: Path | None = None) -> WorkloadLibrary:
+    """Load ``workloads/<library_id>.yaml``."""
+    d = directory or workloads_dir()
+    path = d / f"{library_id}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in d.glob("*.yaml"))
+        raise ScenarioError(path, [f"unknown workload library {library_id!r} (known: {known})"])
+    lib = _validate(WorkloadLibrary, _read_yaml(path), path)
+    if lib.id != library_id:
+        raise ScenarioError(path, [f"id: {lib.id!r} does not match the file name {library_id!r}"])
+    return lib
+
+
+def _cross_check(sc: Scenario, lib: WorkloadLibrary, path: Path) -> None:
+    problems: list[str] = []
+    roles = {r.name for r in lib.roles} | {"postgres"}
+    for i, w in enumerate(sc.workloads):
+        if isinstance(w, OlapWorkload):
+            for j, job in enumerate(w.jobs):
+                if job.template not in lib.jobs:
+                    problems.append(
+                        f"workloads[{i}].jobs[{j}].template: unknown job {job.template!r} "
+                        f"(known in {lib.id}: {sorted(lib.jobs)})"
+                    )
+        else:
+            for t in w.mix:
+                if t not in lib.transactions:
+                    problems.append(
+                        f"workloads[{i}].mix: unknown transaction {t!r} "
+                        f"(known in {lib.id}: {sorted(lib.transactions)})"
+                    )
+    for p in set(sc.database.params) - set(lib.params):
+        problems.append(f"database.params.{p}: unknown parameter (known: {sorted(lib.params)})")
+
+    def role_of(part: Any, where: str) -> None:
+        role = getattr(part, "role", None)
+        if role is not None and role not in roles:
+            problems.append(f"{where}.role: unknown role {role!r} (known: {sorted(roles)})")
+
+    for section in ("construction", "activation", "preconditions", "manifestation"):
+        for i, part in enumerate(getattr(sc.preparation, section)):
+            role_of(part, f"preparation.{section}[{i}]")
+    for i, ev in enumerate(sc.events):
+        if ev.fault is not None:
+            role_of(ev.fault, f"events[{i}].fault")
+    if problems:
+        raise ScenarioError(path, problems)
+
+
+def load_scenario(ref: str | Path) -> tuple[Scenario, WorkloadLibrary, Path]:
+    """Load a scenario by id (from the timelines library) or by path; validate it fully."""
+    path = Path(ref)
+    if not path.suffix:
+        path = timelines_dir() / f"{ref}.yaml"
+        if not path.exists():
+            known = [p.stem for p in sorted(timelines_dir().glob("*.yaml"))]
+            raise ScenarioError(path, [f"unknown scenario {str(ref)!r} (known: {known})"])
+    sc = _validate(Scenario, _read_yaml(path), path)
+    lib = load_library(
+        sc.database.library, workloads_dir() if path.parent == timelines_dir() else None
+    )
+    _cross_check(sc, lib, path)
+    return sc, lib, path
+
+
+def list_scenarios(directory: Path | None = None) -> list[tuple[Path, Scenario | ScenarioError]]:
+    """All scenario files with their parsed model or the error that stops them."""
+    out: list[tuple[Path, Scenario | ScenarioError]] = []
+    for path in sorted((directory or timelines_dir()).glob("*.yaml")):
+        try:
+            out.append((path, load_scenario(path)[0]))
+        except ScenarioError as exc:
+            out.append((path, exc))
+    return out
+
+
+def preparation_key(sc: Scenario, lib: WorkloadLibrary, server_version: str) -> str:
+    """Hash of everything that determines the dirty snapshot (re-prepare when it changes)."""
+    payload = {
+        "library": lib.model_dump(mode="json", by_alias=True),
+        "database": sc.database.model_dump(mode="json"),
+        "construction": [c.model_dump(mode="json") for c in sc.preparation.construction],
+        "preconditions": [c.model_dump(mode="json") for c in sc.preparation.preconditions],
+        "server": server_version,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def scenario_json_schema() -> dict[str, Any]:
+    """JSON Schema of scenario files (for editors and validation outside dbaops)."""
+    return Scenario.model_json_schema()

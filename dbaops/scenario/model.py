@@ -1,0 +1,207 @@
+"""The scenario: database spec, workloads, preparation, event program, evaluation contract.
+
+A bounded scenario is a single-event timeline (one task at t = 0 with a time budget); a
+persistent scenario is a timed program of faults, alerts and inspections (paper §3.1).
+All times are scenario seconds; ``--time-scale`` compresses them, deadlines in ms do not scale.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from dbaops.evaluation.compliance import ServiceObjective
+from dbaops.scenario.parts import CheckSpec, FaultSpec
+from dbaops.workloads.spec import StrictModel
+
+
+class RetryPolicy(StrictModel):
+    """Client-side retries by SQLSTATE; retries and backoff count inside the deadline."""
+
+    sqlstates: list[str] = Field(default_factory=lambda: ["40001", "40P01", "55P03"])
+    max_retries: int = Field(default=2, ge=0, le=20)
+    backoff_ms: float = Field(default=50, ge=0)
+
+
+class OltpWorkload(StrictModel):
+    """Open-loop arrivals of transactions with deadlines from their scheduled start."""
+
+    type: Literal["oltp"] = "oltp"
+    name: str
+    mix: dict[str, float] = Field(min_length=1, description="transaction template -> weight")
+    rate_per_s: float = Field(gt=0, le=20000, description="arrivals per wall second")
+    arrival: Literal["poisson", "fixed"] = "poisson"
+    deadline_ms: float = Field(gt=0)
+    timeout_ms: float | None = Field(
+        default=None, gt=0, description="client gives up; default 4x deadline"
+    )
+    connections: int = Field(default=8, ge=1, le=200)
+    max_inflight: int = Field(default=256, ge=1)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    start_s: float | None = None
+    stop_s: float | None = None
+
+
+class OlapJob(StrictModel):
+    """A job run at given times or periodically; on time if done by its deadline or due time."""
+
+    template: str
+    name: str | None = None
+    at_s: list[float] = Field(default_factory=list)
+    every_s: float | None = Field(default=None, gt=0)
+    deadline_ms: float | None = Field(default=None, gt=0)
+    due_s: float | None = None
+
+    @model_validator(mode="after")
+    def _has_schedule(self) -> OlapJob:
+        if not self.at_s and self.every_s is None:
+            raise ValueError("a job needs at_s or every_s")
+        if self.deadline_ms is None and self.due_s is None:
+            raise ValueError("a job needs deadline_ms (wall) or due_s (scenario time)")
+        return self
+
+
+class OlapWorkload(StrictModel):
+    """Scheduled analytical jobs with result checks."""
+
+    type: Literal["olap"] = "olap"
+    name: str
+    jobs: list[OlapJob] = Field(min_length=1)
+    connections: int = Field(default=2, ge=1, le=50)
+
+
+class BackgroundWorkload(StrictModel):
+    """Closed-loop noise so observations are not clean (competing queries, vacuum-heavy jobs)."""
+
+    type: Literal["background"] = "background"
+    name: str
+    mix: dict[str, float] = Field(min_length=1)
+    sessions: int = Field(default=1, ge=1, le=50)
+    pause_ms: float = Field(default=100, ge=0)
+
+
+WorkloadSpec = Annotated[
+    OltpWorkload | OlapWorkload | BackgroundWorkload, Field(discriminator="type")
+]
+
+
+class DatabaseSpec(StrictModel):
+    """Which fixture to build and how."""
+
+    library: str = Field(description="workload library id (workloads/<id>.yaml)")
+    params: dict[str, int] = Field(default_factory=dict)
+    settings: dict[str, str] = Field(default_factory=dict, description="extra postgresql.conf")
+    seed: int = 42
+
+
+class Preparation(StrictModel):
+    """Construction operations, preconditions, live activation actors, manifestation predicates."""
+
+    construction: list[FaultSpec] = Field(default_factory=list)
+    preconditions: list[CheckSpec] = Field(default_factory=list)
+    activation: list[FaultSpec] = Field(default_factory=list)
+    manifestation: list[CheckSpec] = Field(default_factory=list)
+    warmup_s: float = Field(default=10.0, ge=0, description="scenario seconds before t=0")
+
+
+class Alert(StrictModel):
+    title: str
+    text: str = ""
+    when: CheckSpec | None = Field(default=None, description="raise only if this check holds")
+
+
+class Inspection(StrictModel):
+    title: str
+    text: str = ""
+
+
+class Event(StrictModel):
+    """One entry of the event program: fault with alert, silent fault, or inspection."""
+
+    id: str
+    at: float = Field(ge=0)
+    fault: FaultSpec | None = None
+    alert: Alert | None = None
+    inspection: Inspection | None = None
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Event:
+        if self.fault is None and self.alert is None and self.inspection is None:
+            raise ValueError(f"event {self.id!r} has no fault, alert or inspection")
+        return self
+
+
+class ReferenceStep(StrictModel):
+    """One action of the reference remediation, issued through the agent tools."""
+
+    event: str | None = None
+    after_s: float = 0.0
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    retry_until_ok_s: float | None = None
+
+
+class ReferenceSolution(StrictModel):
+    steps: list[ReferenceStep] = Field(default_factory=list)
+    report: dict[str, Any] = Field(default_factory=dict)
+
+
+class Evaluation(StrictModel):
+    """The success contract: which dimensions apply and their predicates."""
+
+    service_compliance: dict[str, ServiceObjective] = Field(default_factory=dict)
+    terminal: list[CheckSpec] = Field(default_factory=list)
+    integrity: list[CheckSpec] = Field(default_factory=list)
+    safety: dict[str, Any] = Field(default_factory=dict)
+    diagnosis: dict[str, Any] = Field(default_factory=dict)
+
+
+class Scenario(StrictModel):
+    """A complete scenario file."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    title: str
+    mode: Literal["bounded", "persistent"]
+    domain: str = ""
+    difficulty: Literal["easy", "hard"] | None = None
+    description: str = ""
+    horizon_s: float = Field(gt=0)
+    database: DatabaseSpec
+    workloads: list[WorkloadSpec] = Field(default_factory=list)
+    preparation: Preparation = Field(default_factory=Preparation)
+    events: list[Event] = Field(default_factory=list)
+    evaluation: Evaluation = Field(default_factory=Evaluation)
+    reference: ReferenceSolution | None = None
+    shallow: ReferenceSolution | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        names = [w.name for w in self.workloads]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"duplicate workload names: {sorted(dupes)}")
+        ids = [e.id for e in self.events]
+        if len(set(ids)) != len(ids):
+            raise ValueError("event ids must be unique")
+        for e in self.events:
+            if e.at > self.horizon_s:
+                raise ValueError(
+                    f"event {e.id!r} at {e.at}s is after the horizon {self.horizon_s}s"
+                )
+        if self.mode == "bounded":
+            if len(self.events) != 1 or self.events[0].at != 0:
+                raise ValueError("a bounded scenario has exactly one event, at t = 0 (its task)")
+        for wname in self.evaluation.service_compliance:
+            if wname not in names:
+                raise ValueError(
+                    f"evaluation.service_compliance names unknown workload {wname!r} "
+                    f"(workloads: {', '.join(names) or 'none'})"
+                )
+        return self
+
+    def workload(self, name: str) -> WorkloadSpec:
+        for w in self.workloads:
+            if w.name == name:
+                return w
+        raise KeyError(name)

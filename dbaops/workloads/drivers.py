@@ -1,0 +1,377 @@
+"""Workload drivers: open-loop OLTP, scheduled OLAP jobs and closed-loop background noise.
+
+OLTP arrivals are scheduled on a fixed or Poisson timetable independent of completions (open
+loop): when the server stalls, units keep arriving and show up as late, failed or dropped, never
+as fewer requests. Each unit's deadline counts from its *scheduled* start, so waiting for a
+connection, lock waits, retries and backoff all count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import asyncpg
+import structlog
+
+from dbaops.backends.endpoint import Endpoint
+from dbaops.clock import ScenarioClock
+from dbaops.scenario.model import BackgroundWorkload, OlapJob, OlapWorkload, OltpWorkload
+from dbaops.workloads.samples import Outcome
+from dbaops.workloads.sink import SampleSink
+from dbaops.workloads.spec import (
+    ArgSampler,
+    PreviousArg,
+    TransactionTemplate,
+    WorkloadLibrary,
+)
+
+log = structlog.get_logger(__name__)
+
+_ISOLATION = {
+    "read_committed": "read_committed",
+    "repeatable_read": "repeatable_read",
+    "serializable": "serializable",
+}
+_CONNECTION_ERRORS = (OSError, asyncpg.InterfaceError, asyncpg.InternalClientError)
+
+
+def result_hash(rows: Sequence[Any]) -> str:
+    """Order-sensitive digest of a query result (OLAP correctness checks)."""
+    h = hashlib.sha256()
+    for row in rows:
+        h.update(repr(tuple(row)).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+class _Pools:
+    """One asyncpg pool per role, created lazily."""
+
+    def __init__(self, endpoint: Endpoint, app: str, size: int) -> None:
+        self._endpoint = endpoint
+        self._app = app
+        self._size = size
+        self._pools: dict[str, asyncpg.Pool] = {}
+        self._lock = anyio.Lock()
+
+    async def get(self, role: str) -> asyncpg.Pool:
+        pool = self._pools.get(role)
+        if pool is None:
+            async with self._lock:
+                pool = self._pools.get(role)
+                if pool is None:
+                    pool = await self._endpoint.pool(role, self._app, self._size)
+                    self._pools[role] = pool
+        return pool
+
+    async def close(self) -> None:
+        with anyio.CancelScope(shield=True):
+            for pool in self._pools.values():
+                pool.terminate()
+            self._pools.clear()
+
+
+def _pick(rng: random.Random, mix: dict[str, float]) -> str:
+    names = list(mix)
+    return rng.choices(names, weights=[mix[n] for n in names], k=1)[0]
+
+
+async def _run_transaction(
+    conn: asyncpg.Connection,
+    template: TransactionTemplate,
+    drawn: list[list[Any]],
+    give_up: float,
+    clock: ScenarioClock,
+) -> None:
+    """Execute a template's statements; PreviousArg slots are filled from earlier results."""
+    previous: list[Any] = []
+
+    async def body() -> None:
+        for st, args in zip(template.statements, drawn, strict=True):
+            values = [previous[a.previous] if isinstance(a, PreviousArg) else v
+                      for a, v in zip(st.args, args, strict=True)]  # fmt: skip
+            remaining = give_up - clock.mono()
+            if remaining <= 0:
+                raise TimeoutError
+            rows = await conn.fetch(st.sql, *values, timeout=remaining)
+            previous.append(rows[0][0] if rows else None)
+
+    if len(template.statements) == 1 and template.isolation == "read_committed":
+        await body()
+        return
+    async with conn.transaction(isolation=_ISOLATION[template.isolation]):  # type: ignore[arg-type]
+        await body()
+
+
+class OltpDriver:
+    """Open-loop transaction arrivals with deadlines, retries and an in-flight cap."""
+
+    def __init__(
+        self,
+        spec: OltpWorkload,
+        library: WorkloadLibrary,
+        params: dict[str, int],
+        endpoint: Endpoint,
+        clock: ScenarioClock,
+        sink: SampleSink,
+        seed: int,
+    ) -> None:
+        self.spec = spec
+        self.library = library
+        self.clock = clock
+        self.sink = sink
+        self.rng = random.Random(f"{seed}:{spec.name}")
+        self.sampler = ArgSampler({**library.params, **params}, self.rng)
+        self.pools = _Pools(endpoint, f"wl:{spec.name}", spec.connections)
+        self.inflight = 0
+        self.rate_factor = 1.0
+
+    def _draw(self, template: TransactionTemplate) -> list[list[Any]]:
+        return [
+            [None if isinstance(a, PreviousArg) else self.sampler.draw(a, []) for a in st.args]
+            for st in template.statements
+        ]
+
+    async def run(self) -> None:
+        spec = self.spec
+        clock = self.clock
+        try:
+            async with anyio.create_task_group() as tg:
+                if spec.start_s is not None:
+                    await clock.sleep_until(spec.start_s)
+                next_mono = clock.mono()
+                while True:
+                    rate = spec.rate_per_s * self.rate_factor
+                    gap = self.rng.expovariate(rate) if spec.arrival == "poisson" else 1.0 / rate
+                    next_mono += gap
+                    delay = next_mono - clock.mono()
+                    if delay > 0:
+                        await anyio.sleep(delay)
+                    if spec.stop_s is not None and clock.to_scenario(next_mono) >= spec.stop_s:
+                        return
+                    name = _pick(self.rng, spec.mix)
+                    if self.inflight >= spec.max_inflight:
+                        t = clock.to_scenario(next_mono)
+                        self.sink.add(spec.name, "oltp", name, t, None, t, 0.0, 0, Outcome.DROPPED,
+                                      error="max_inflight")  # fmt: skip
+                        continue
+                    self.inflight += 1
+                    tg.start_soon(self._unit, name, next_mono)
+        finally:
+            await self.pools.close()
+
+    async def _unit(self, name: str, scheduled: float) -> None:
+        spec = self.spec
+        clock = self.clock
+        template = self.library.transactions[name]
+        drawn = self._draw(template)
+        deadline = scheduled + spec.deadline_ms / 1000.0
+        give_up = scheduled + (spec.timeout_ms or 4 * spec.deadline_ms) / 1000.0
+        retries = 0
+        start: float | None = None
+        sqlstate: str | None = None
+        error: str | None = None
+        ok = False
+        try:
+            pool = await self.pools.get(template.role)
+            while True:
+                remaining = give_up - clock.mono()
+                if remaining <= 0:
+                    error = "client_timeout"
+                    break
+                try:
+                    async with pool.acquire(timeout=remaining) as conn:
+                        if start is None:
+                            start = clock.mono()
+                        await _run_transaction(conn, template, drawn, give_up, clock)
+                    ok = True
+                    break
+                except asyncpg.PostgresError as exc:
+                    sqlstate = exc.sqlstate
+                    if sqlstate in spec.retry.sqlstates and retries < spec.retry.max_retries:
+                        retries += 1
+                        await anyio.sleep(spec.retry.backoff_ms / 1000.0)
+                        continue
+                    error = str(exc)[:300]
+                    break
+                except TimeoutError:
+                    error = "client_timeout"
+                    break
+                except _CONNECTION_ERRORS as exc:
+                    error = f"{type(exc).__name__}: {exc}"[:300]
+                    break
+        except _CONNECTION_ERRORS as exc:
+            error = f"{type(exc).__name__}: {exc}"[:300]
+        except asyncpg.PostgresError as exc:
+            sqlstate, error = exc.sqlstate, str(exc)[:300]
+        finally:
+            self.inflight -= 1
+            end = clock.mono()
+            outcome = (
+                (Outcome.ON_TIME if end <= deadline else Outcome.LATE) if ok else Outcome.ERROR
+            )
+            self.sink.add(
+                spec.name, "oltp", name, clock.to_scenario(scheduled),
+                None if start is None else clock.to_scenario(start), clock.to_scenario(end),
+                (end - scheduled) * 1000.0, retries, outcome, None if ok else sqlstate,
+                None if ok else error,
+            )  # fmt: skip
+
+
+class OlapDriver:
+    """Runs analytical jobs at their scheduled times and checks their results."""
+
+    def __init__(
+        self,
+        spec: OlapWorkload,
+        library: WorkloadLibrary,
+        endpoint: Endpoint,
+        clock: ScenarioClock,
+        sink: SampleSink,
+        horizon_s: float,
+        expected: dict[str, str],
+    ) -> None:
+        self.spec = spec
+        self.library = library
+        self.clock = clock
+        self.sink = sink
+        self.horizon_s = horizon_s
+        self.expected = expected
+        self.endpoint = endpoint
+        self.slots = anyio.Semaphore(spec.connections)
+
+    def schedule(self) -> list[tuple[float, OlapJob]]:
+        """All (scenario time, job) pairs of the run, in time order."""
+        out: list[tuple[float, OlapJob]] = []
+        for job in self.spec.jobs:
+            out.extend((t, job) for t in job.at_s if t < self.horizon_s)
+            if job.every_s:
+                t = 0.0
+                while t < self.horizon_s:
+                    out.append((t, job))
+                    t += job.every_s
+        return sorted(out, key=lambda x: x[0])
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            for t, job in self.schedule():
+                await self.clock.sleep_until(t)
+                tg.start_soon(self._job, t, job)
+
+    async def _job(self, at_s: float, job: OlapJob) -> None:
+        clock = self.clock
+        name = job.name or job.template
+        template = self.library.jobs[job.template]
+        scheduled = clock.to_mono(at_s)
+        if job.due_s is not None:
+            deadline = clock.to_mono(job.due_s)
+        else:
+            deadline = scheduled + (job.deadline_ms or 0) / 1000.0
+        start: float | None = None
+        sqlstate: str | None = None
+        error: str | None = None
+        correct: bool | None = None
+        ok = False
+        try:
+            async with self.slots:
+                start = clock.mono()
+                conn = await self.endpoint.connect(template.role, f"job:{name}")
+                try:
+                    rows = await conn.fetch(template.sql)
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await conn.close(timeout=5)
+            ok = True
+            if template.check_result and job.template in self.expected:
+                correct = result_hash(rows) == self.expected[job.template]
+        except asyncpg.PostgresError as exc:
+            sqlstate, error = exc.sqlstate, str(exc)[:300]
+        except _CONNECTION_ERRORS as exc:
+            error = f"{type(exc).__name__}: {exc}"[:300]
+        except anyio.get_cancelled_exc_class():
+            error = "unfinished at end of run"
+            raise
+        finally:
+            end = clock.mono()
+            outcome = (
+                (Outcome.ON_TIME if end <= deadline else Outcome.LATE) if ok else Outcome.ERROR
+            )
+            self.sink.add(
+                self.spec.name, "olap", name, at_s,
+                None if start is None else clock.to_scenario(start), clock.to_scenario(end),
+                (end - scheduled) * 1000.0, 0, outcome, sqlstate, error, correct,
+            )  # fmt: skip
+
+
+class BackgroundDriver:
+    """Closed-loop sessions running noise templates with a pause between units."""
+
+    def __init__(
+        self,
+        spec: BackgroundWorkload,
+        library: WorkloadLibrary,
+        params: dict[str, int],
+        endpoint: Endpoint,
+        clock: ScenarioClock,
+        sink: SampleSink,
+        seed: int,
+    ) -> None:
+        self.spec = spec
+        self.library = library
+        self.endpoint = endpoint
+        self.clock = clock
+        self.sink = sink
+        self.rng = random.Random(f"{seed}:{spec.name}")
+        self.sampler = ArgSampler({**library.params, **params}, self.rng)
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            for i in range(self.spec.sessions):
+                tg.start_soon(self._session, i)
+
+    async def _session(self, index: int) -> None:
+        clock = self.clock
+        conn: asyncpg.Connection | None = None
+        role: str | None = None
+        try:
+            while True:
+                name = _pick(self.rng, self.spec.mix)
+                template = self.library.transactions[name]
+                drawn = [
+                    [
+                        None if isinstance(a, PreviousArg) else self.sampler.draw(a, [])
+                        for a in st.args
+                    ]
+                    for st in template.statements
+                ]
+                t0 = clock.mono()
+                ok, sqlstate, error = False, None, None
+                try:
+                    if conn is None or conn.is_closed() or role != template.role:
+                        if conn is not None:
+                            await conn.close(timeout=5)
+                        role = template.role
+                        conn = await self.endpoint.connect(role, f"bg:{self.spec.name}")
+                    await _run_transaction(conn, template, drawn, t0 + 3600.0, clock)
+                    ok = True
+                except asyncpg.PostgresError as exc:
+                    sqlstate, error = exc.sqlstate, str(exc)[:300]
+                except _CONNECTION_ERRORS as exc:
+                    error = f"{type(exc).__name__}: {exc}"[:300]
+                    conn = None
+                    await anyio.sleep(0.5)
+                t1 = clock.mono()
+                self.sink.add(
+                    self.spec.name, "background", name, clock.to_scenario(t0),
+                    clock.to_scenario(t0), clock.to_scenario(t1), (t1 - t0) * 1000.0, 0,
+                    Outcome.ON_TIME if ok else Outcome.ERROR, sqlstate, error,
+                )  # fmt: skip
+                await anyio.sleep(self.spec.pause_ms / 1000.0)
+        finally:
+            if conn is not None:
+                with anyio.CancelScope(shield=True):
+                    conn.terminate()

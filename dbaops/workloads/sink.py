@@ -1,0 +1,101 @@
+"""Collects SLO samples on the hot path and streams them to Parquet parts in batches."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+import anyio
+import polars as pl
+
+from dbaops.rundir import ParquetParts
+from dbaops.workloads.samples import SAMPLE_SCHEMA, Outcome
+
+_COLUMNS = list(SAMPLE_SCHEMA)
+
+SampleRow = tuple[
+    str, str, str, float, float | None, float, float, int, str, str | None, str | None, bool | None
+]
+
+
+class SampleSink:
+    """Buffer of sample rows; ``flush`` writes one Parquet part; keeps a recent window in memory.
+
+    Rows are plain tuples in :data:`SAMPLE_SCHEMA` column order: building a pydantic model per
+    transaction would cost more than the transaction on a busy client.
+    """
+
+    def __init__(self, parts: ParquetParts | None, recent_s: float = 120.0) -> None:
+        self._parts = parts
+        self._pending: list[SampleRow] = []
+        self._recent: deque[SampleRow] = deque()
+        self._recent_s = recent_s
+        self._lock = threading.Lock()
+        self.total = 0
+
+    def add(
+        self,
+        workload: str,
+        kind: str,
+        unit: str,
+        scheduled_s: float,
+        start_s: float | None,
+        end_s: float,
+        latency_ms: float,
+        retries: int,
+        outcome: Outcome,
+        sqlstate: str | None = None,
+        error: str | None = None,
+        correct: bool | None = None,
+    ) -> None:
+        row: SampleRow = (
+            workload, kind, unit, scheduled_s, start_s, end_s, latency_ms, retries,
+            outcome.value, sqlstate, error, correct,
+        )  # fmt: skip
+        self._pending.append(row)
+        self._recent.append(row)
+        self.total += 1
+        horizon = end_s - self._recent_s
+        while self._recent and self._recent[0][5] < horizon:
+            self._recent.popleft()
+
+    def recent(self, since_s: float) -> pl.DataFrame:
+        """Samples that ended at or after scenario time ``since_s`` (from the in-memory window)."""
+        rows = [r for r in self._recent if r[5] >= since_s]
+        return pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")
+
+    def flush(self) -> int:
+        rows, self._pending = self._pending, []
+        if rows and self._parts is not None:
+            self._parts.append(pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row"))
+        return len(rows)
+
+    async def run_flusher(self, every_s: float = 1.0) -> None:
+        """Flush periodically until cancelled, then flush once more."""
+        try:
+            while True:
+                await anyio.sleep(every_s)
+                self.flush()
+        finally:
+            with anyio.CancelScope(shield=True):
+                self.flush()
+
+
+def workload_stat(frame: pl.DataFrame, stat: str) -> float | None:
+    """A summary statistic of samples (for workload checks and the live view)."""
+    if frame.height == 0:
+        return 0.0 if stat == "count" else None
+    if stat == "count":
+        return float(frame.height)
+    if stat in ("p50_ms", "p95_ms", "p99_ms"):
+        q = {"p50_ms": 0.5, "p95_ms": 0.95, "p99_ms": 0.99}[stat]
+        value = frame["latency_ms"].quantile(q, interpolation="linear")
+        return None if value is None else float(value)  # type: ignore[arg-type]
+    outcomes = frame["outcome"]
+    if stat == "on_time_ratio":
+        return float((outcomes == "on_time").mean())  # type: ignore[arg-type]
+    if stat == "error_ratio":
+        return float((outcomes == "error").mean())  # type: ignore[arg-type]
+    if stat == "miss_ratio":
+        return float((outcomes != "on_time").mean())  # type: ignore[arg-type]
+    raise ValueError(f"unknown workload statistic {stat!r}")
