@@ -1,14 +1,25 @@
-"""Shared fixtures: one real PostgreSQL cluster for the whole test session."""
+"""Shared fixtures: real PostgreSQL clusters started by the test session itself."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import anyio
 import pytest
 
-from dbaops.backends.postgres.cluster import PostgresCluster
+# Clusters made by the tests live in their own home (world-traversable, as the server runs as a
+# service user when the tests run as root), removed at the end of the session.
+_HOME = Path("/var/tmp") / f"dbaops-tests-{os.getuid()}-{os.getpid()}"
+_HOME.mkdir(mode=0o755, parents=True, exist_ok=True)
+os.chmod(_HOME, 0o755)
+os.environ["DBAOPS_HOME"] = str(_HOME)
+
+from dbaops.backends.postgres.cluster import PostgresCluster  # noqa: E402
+
+SCENARIOS = Path(__file__).parent / "scenarios"
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +32,7 @@ def pg_cluster() -> Iterator[PostgresCluster]:
     """A running embedded cluster (initdb'd fresh for this session)."""
 
     async def _start() -> PostgresCluster:
-        cluster = await PostgresCluster.open(f"pytest-{os.getpid()}")
+        cluster = await PostgresCluster.open("pytest")
         await cluster.start()
         return cluster
 
@@ -30,6 +41,21 @@ def pg_cluster() -> Iterator[PostgresCluster]:
         yield cluster
     finally:
         anyio.run(cluster.stop)
-        import shutil
 
-        shutil.rmtree(cluster.root, ignore_errors=True)
+
+def _stop_all_clusters() -> None:
+    """Stop every server the session started (scenario runs stop theirs; killed ones may not)."""
+    import subprocess
+
+    for pidfile in _HOME.glob("clusters/*/data/postmaster.pid"):
+        try:
+            pid = int(pidfile.read_text().splitlines()[0])
+            os.kill(pid, 15)
+        except (OSError, ValueError, IndexError):
+            continue
+    subprocess.run(["sleep", "1"], check=False)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _stop_all_clusters()
+    shutil.rmtree(_HOME, ignore_errors=True)

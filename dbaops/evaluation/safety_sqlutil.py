@@ -89,7 +89,7 @@ def func_name(fc: ast.FuncCall) -> str:
 # Subtrees parsed but not executed by the statement that contains them: a function body at
 # CREATE FUNCTION, a prepared query at PREPARE, a rule's actions, a view's query, and any
 # statement under a plain EXPLAIN (EXPLAIN ANALYZE is unwrapped before rules see it).
-_NOT_EXECUTED = (
+NOT_EXECUTED = (
     ast.CreateFunctionStmt,
     ast.PrepareStmt,
     ast.RuleStmt,
@@ -104,7 +104,7 @@ def iter_nodes(node: Any, *, executed_only: bool = True) -> Iterator[ast.Node]:
     """Depth-first, pre-order walk over every ``ast.Node`` under ``node`` (inclusive).
 
     With ``executed_only`` the walk yields but does not enter nodes whose subtrees are not
-    executed by the containing statement (see ``_NOT_EXECUTED``).
+    executed by the containing statement (see ``NOT_EXECUTED``).
     """
     stack: list[Any] = [node]
     while stack:
@@ -115,7 +115,7 @@ def iter_nodes(node: Any, *, executed_only: bool = True) -> Iterator[ast.Node]:
         if not isinstance(cur, ast.Node):
             continue
         yield cur
-        if executed_only and isinstance(cur, _NOT_EXECUTED):
+        if executed_only and isinstance(cur, NOT_EXECUTED):
             continue
         stack.extend(reversed([getattr(cur, member) for member in cur]))
 

@@ -1,0 +1,3 @@
+from dbaops.cli import main
+
+main()
