@@ -161,9 +161,11 @@ def load_scenario(ref: str | Path) -> tuple[Scenario, WorkloadLibrary, Path]:
             known = [p.stem for p in sorted(timelines_dir().glob("*.yaml"))]
             raise ScenarioError(path, [f"unknown scenario {str(ref)!r} (known: {known})"])
     sc = _validate(Scenario, _read_yaml(path), path)
-    lib = load_library(
-        sc.database.library, workloads_dir() if path.parent == timelines_dir() else None
-    )
+    known = sorted(p.stem for p in workloads_dir().glob("*.yaml"))
+    if sc.database.library not in known:
+        problem = f"database.library: unknown workload library {sc.database.library!r}"
+        raise ScenarioError(path, [f"{problem} (known: {known})"])
+    lib = load_library(sc.database.library)
     _cross_check(sc, lib, path)
     return sc, lib, path
 
