@@ -40,15 +40,31 @@ def list_cmd() -> None:
             bad += 1
             table.add_row(path.stem, "[red]invalid[/red]", "", "", "", str(item)[:100])
         else:
-            table.add_row(item.id, item.mode, item.domain, item.difficulty or "",
-                          f"{item.horizon_s:.0f}s", item.title)  # fmt: skip
+            table.add_row(
+                item.id,
+                item.mode,
+                item.domain,
+                item.difficulty or "",
+                f"{item.horizon_s:.0f}s",
+                item.title,
+            )
     console.print(table)
     raise typer.Exit(1 if bad else 0)
 
 
-def _run(scenario: str, mode: str, agent: str, time_scale: float, runs_dir: Path, fresh: bool,
-         dsn: str | None, seed: int | None, horizon: float | None, quiet: bool,
-         verbose: bool) -> None:  # fmt: skip
+def _run(
+    scenario: str,
+    mode: str,
+    agent: str,
+    time_scale: float,
+    runs_dir: Path,
+    fresh: bool,
+    dsn: str | None,
+    seed: int | None,
+    horizon: float | None,
+    quiet: bool,
+    verbose: bool,
+) -> None:
     from dbaops.cli.live import render
     from dbaops.engine.runner import RunMonitor, RunOptions, run_scenario
     from dbaops.scenario.loader import ScenarioError, load_scenario
@@ -62,8 +78,15 @@ def _run(scenario: str, mode: str, agent: str, time_scale: float, runs_dir: Path
     if sc.mode != mode:
         console.print(f"[red]error:[/red] {sc.id} is a {sc.mode} scenario: use `dbaops {sc.mode}`")
         raise typer.Exit(2)
-    options = RunOptions(time_scale=time_scale, agent=agent, runs_dir=runs_dir, fresh=fresh,
-                         dsn=dsn, seed=seed, horizon_s=horizon)  # fmt: skip
+    options = RunOptions(
+        time_scale=time_scale,
+        agent=agent,
+        runs_dir=runs_dir,
+        fresh=fresh,
+        dsn=dsn,
+        seed=seed,
+        horizon_s=horizon,
+    )
     monitor = RunMonitor()
 
     async def main() -> object:
@@ -109,13 +132,17 @@ def _print_verdict(run_dir: Path) -> None:
     if v.service_compliance.applicable:
         console.print("Service Compliance: " + ("PASS" if v.service_compliance.passed else "FAIL"))
         console.print(format_compliance(v.service_compliance))
-    for name, dim in (("Terminal Acceptance", v.terminal_acceptance),
-                      ("State Integrity", v.state_integrity)):  # fmt: skip
+    for name, dim in (
+        ("Terminal Acceptance", v.terminal_acceptance),
+        ("State Integrity", v.state_integrity),
+    ):
         if dim.applicable:
             console.print(f"{name}: " + {True: "PASS", False: "FAIL", None: "n/a"}[dim.passed])
             for c in dim.checks:
-                console.print(f"  {'ok ' if c.passed else 'BAD'} {c.name}: observed {c.observed!r} "
-                              f"expected {c.expected}" + (f" error {c.error}" if c.error else ""))  # fmt: skip
+                console.print(
+                    f"  {'ok ' if c.passed else 'BAD'} {c.name}: observed {c.observed!r} "
+                    f"expected {c.expected}" + (f" error {c.error}" if c.error else "")
+                )
             for m in dim.missing:
                 console.print(f"  --- {m}: not evaluated")
     outcome = {True: "[green]PASS[/green]", False: "[red]FAIL[/red]", None: "n/a (invalid run)"}
@@ -137,28 +164,58 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v")]
 
 
 @app.command()
-def persistent(scenario: ScenarioArg, agent: AgentOpt = "noop", time_scale: ScaleOpt = 1.0,
-               runs_dir: RunsOpt = Path("runs"), fresh: FreshOpt = False, dsn: DsnOpt = None,
-               seed: SeedOpt = None, horizon: HorizonOpt = None, quiet: QuietOpt = False,
-               verbose: VerboseOpt = False) -> None:  # fmt: skip
+def persistent(
+    scenario: ScenarioArg,
+    agent: AgentOpt = "noop",
+    time_scale: ScaleOpt = 1.0,
+    runs_dir: RunsOpt = Path("runs"),
+    fresh: FreshOpt = False,
+    dsn: DsnOpt = None,
+    seed: SeedOpt = None,
+    horizon: HorizonOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
     """Run a persistent scenario (one agent session over a timed event program)."""
-    _run(scenario, "persistent", agent, time_scale, runs_dir, fresh, dsn, seed, horizon, quiet,
-         verbose)  # fmt: skip
+    _run(
+        scenario,
+        "persistent",
+        agent,
+        time_scale,
+        runs_dir,
+        fresh,
+        dsn,
+        seed,
+        horizon,
+        quiet,
+        verbose,
+    )
 
 
 @app.command()
-def bounded(scenario: ScenarioArg, agent: AgentOpt = "noop", time_scale: ScaleOpt = 1.0,
-            runs_dir: RunsOpt = Path("runs"), fresh: FreshOpt = False, dsn: DsnOpt = None,
-            seed: SeedOpt = None, horizon: HorizonOpt = None, quiet: QuietOpt = False,
-            verbose: VerboseOpt = False) -> None:  # fmt: skip
+def bounded(
+    scenario: ScenarioArg,
+    agent: AgentOpt = "noop",
+    time_scale: ScaleOpt = 1.0,
+    runs_dir: RunsOpt = Path("runs"),
+    fresh: FreshOpt = False,
+    dsn: DsnOpt = None,
+    seed: SeedOpt = None,
+    horizon: HorizonOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
     """Run a bounded scenario (one task from a restored dirty snapshot)."""
-    _run(scenario, "bounded", agent, time_scale, runs_dir, fresh, dsn, seed, horizon, quiet,
-         verbose)  # fmt: skip
+    _run(
+        scenario, "bounded", agent, time_scale, runs_dir, fresh, dsn, seed, horizon, quiet, verbose
+    )
 
 
 @app.command()
-def score(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
-          as_json: Annotated[bool, typer.Option("--json")] = False) -> None:  # fmt: skip
+def score(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
     """Score a recorded run again (no database needed) and write verdict.json."""
     from dbaops.evaluation.score import score_run, write_verdict
 

@@ -40,12 +40,17 @@ def render(monitor: RunMonitor) -> Group:
     for col in ("t", "id", "fault", "alert / inspection", "status"):
         ev.add_column(col)
     for e in monitor.events[-8:]:
-        ev.add_row(f"{e.at_s:.0f}", e.event_id, e.fault or "", e.alert or e.inspection or "",
-                   e.status)  # fmt: skip
+        ev.add_row(
+            f"{e.at_s:.0f}", e.event_id, e.fault or "", e.alert or e.inspection or "", e.status
+        )
     checks = Table(title="checks", expand=False)
     for col in ("purpose", "name", "passed", "observed"):
         checks.add_column(col)
     for c in monitor.checks[-8:]:
-        checks.add_row(c.purpose, c.name, Text(str(c.passed), style="green" if c.passed else "red"),
-                       str(c.observed)[:60])  # fmt: skip
+        checks.add_row(
+            c.purpose,
+            c.name,
+            Text(str(c.passed), style="green" if c.passed else "red"),
+            str(c.observed)[:60],
+        )
     return Group(head, wl, ev, checks)

@@ -59,8 +59,11 @@ class FaultError(RuntimeError):
     """A fault could not be applied."""
 
 
-_ISO = {"read_committed": "READ COMMITTED", "repeatable_read": "REPEATABLE READ",
-        "serializable": "SERIALIZABLE"}  # fmt: skip
+_ISO = {
+    "read_committed": "READ COMMITTED",
+    "repeatable_read": "REPEATABLE READ",
+    "serializable": "SERIALIZABLE",
+}
 
 
 async def _identity(conn: asyncpg.Connection) -> tuple[int, str]:
@@ -127,16 +130,27 @@ async def _instance(fault: InstanceControl, ctx: ActorContext) -> None:
         await ctx.instance.restart()
 
 
-def _record(ctx: ActorContext, fault: HoldTransaction | LoadActor | IdleConnections, status: str,
-            pid: int | None = None, backend_start: str | None = None, **detail: object) -> None:  # fmt: skip
+def _record(
+    ctx: ActorContext,
+    fault: HoldTransaction | LoadActor | IdleConnections,
+    status: str,
+    pid: int | None = None,
+    backend_start: str | None = None,
+    **detail: object,
+) -> None:
     ctx.trace.write(
         ActorRecord(
-            t_scn=ctx.clock.now(), actor=f"{ctx.label}:{fault.kind}", status=status,
-            role=fault.role, application_name=fault.application_name,
-            protected=getattr(fault, "protected", False), pid=pid, backend_start=backend_start,
+            t_scn=ctx.clock.now(),
+            actor=f"{ctx.label}:{fault.kind}",
+            status=status,
+            role=fault.role,
+            application_name=fault.application_name,
+            protected=getattr(fault, "protected", False),
+            pid=pid,
+            backend_start=backend_start,
             detail=dict(detail),
         )
-    )  # fmt: skip
+    )
 
 
 async def _hold(fault: HoldTransaction, ctx: ActorContext) -> None:
@@ -160,8 +174,7 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext) -> None:
         # Typically the agent (or a timeout) ended the session: that is evidence, not a crash.
         _record(ctx, fault, "ended", pid, started, error=f"{type(exc).__name__}: {exc}"[:300])
     finally:
-        with anyio.CancelScope(shield=True):
-            conn.terminate()
+        conn.terminate()
 
 
 async def _load(fault: LoadActor, ctx: ActorContext) -> None:
@@ -177,8 +190,7 @@ async def _load(fault: LoadActor, ctx: ActorContext) -> None:
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             _record(ctx, fault, "ended", pid, started, error=f"{type(exc).__name__}: {exc}"[:300])
         finally:
-            with anyio.CancelScope(shield=True):
-                conn.terminate()
+            conn.terminate()
 
     with anyio.move_on_after(
         ctx.clock.wall_seconds(fault.duration_s) if fault.duration_s else None
@@ -205,6 +217,5 @@ async def _idle(fault: IdleConnections, ctx: ActorContext) -> None:
         await ctx.clock.sleep(fault.duration_s)
         _record(ctx, fault, "finished", opened=len(conns))
     finally:
-        with anyio.CancelScope(shield=True):
-            for c in conns:
-                c.terminate()
+        for c in conns:
+            c.terminate()

@@ -38,23 +38,37 @@ async def evaluate_check(
                 await conn.close(timeout=5)
         except Exception as exc:  # any failure to evaluate is evidence, not a crash
             return CheckRecord(
-                t_scn=t, purpose=purpose, name=check.name, passed=False,
-                expected=f"{check.op} {check.expect!r}", error=f"{type(exc).__name__}: {exc}"[:500],
-            )  # fmt: skip
+                t_scn=t,
+                purpose=purpose,
+                name=check.name,
+                passed=False,
+                expected=f"{check.op} {check.expect!r}",
+                error=f"{type(exc).__name__}: {exc}"[:500],
+            )
         return CheckRecord(
-            t_scn=t, purpose=purpose, name=check.name,
+            t_scn=t,
+            purpose=purpose,
+            name=check.name,
             passed=compare(observed, check.op, check.expect),
-            observed=_jsonable(observed), expected=f"{check.op} {check.expect!r}",
-        )  # fmt: skip
+            observed=_jsonable(observed),
+            expected=f"{check.op} {check.expect!r}",
+        )
     if sink is None:
-        return CheckRecord(t_scn=t, purpose=purpose, name=check.name, passed=False,
-                           error="no workload samples available")  # fmt: skip
+        return CheckRecord(
+            t_scn=t,
+            purpose=purpose,
+            name=check.name,
+            passed=False,
+            error="no workload samples available",
+        )
     frame = sink.recent(t - check.over_s)
     frame = frame.filter(frame["workload"] == check.workload)
     observed_stat = workload_stat(frame, check.stat)
     return CheckRecord(
-        t_scn=t, purpose=purpose, name=check.name,
+        t_scn=t,
+        purpose=purpose,
+        name=check.name,
         passed=compare(observed_stat, check.op, check.value),
         observed={check.stat: observed_stat, "n": frame.height},
         expected=f"{check.stat} {check.op} {check.value}",
-    )  # fmt: skip
+    )

@@ -33,6 +33,8 @@ from dbaops.engine.backend import PostgresBackend, embedded_backend, external_ba
 from dbaops.engine.checks import evaluate_check
 from dbaops.engine.fixture import build_fixture
 from dbaops.engine.serverlog import ServerLogFollower
+from dbaops.mailbox import Mailbox
+from dbaops.models.errors import InfraError
 from dbaops.records import (
     CheckRecord,
     EventRecord,
@@ -51,6 +53,9 @@ from dbaops.scenario.model import (
     OltpWorkload,
     Scenario,
 )
+from dbaops.tools.catalog import PostgresToolEnvironment, build_tool_catalog
+from dbaops.tools.recording import ToolRecorder
+from dbaops.tools.sql import SqlSession
 from dbaops.workloads.drivers import BackgroundDriver, OlapDriver, OltpDriver, result_hash
 from dbaops.workloads.samples import SAMPLE_SCHEMA
 from dbaops.workloads.sink import SampleSink
@@ -94,6 +99,7 @@ class RunMonitor:
     events: list[EventRecord] = field(default_factory=list)
     checks: list[CheckRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    session: AgentSession | None = None
 
 
 class RunTrace:
@@ -114,15 +120,23 @@ class RunTrace:
         self._writer.close()
 
 
+class InfraRunError(RuntimeError):
+    """The model endpoint or other infrastructure failed: re-run; never an agent failure."""
+
+
 class NotManifested(RuntimeError):
     """The scenario's manifestation predicates did not hold: the run is not admitted."""
 
 
 # -- preparation -------------------------------------------------------------------------------
 async def _prepare_state(
-    sc: Scenario, lib: WorkloadLibrary, backend: PostgresBackend, trace: RunTrace,
-    clock: ScenarioClock, fresh: bool,
-) -> dict[str, Any]:  # fmt: skip
+    sc: Scenario,
+    lib: WorkloadLibrary,
+    backend: PostgresBackend,
+    trace: RunTrace,
+    clock: ScenarioClock,
+    fresh: bool,
+) -> dict[str, Any]:
     """Restore the dirty snapshot (building it first if needed); returns preparation metadata."""
     version = await backend.server_version()
     key = preparation_key(sc, lib, version)
@@ -142,8 +156,13 @@ async def _prepare_state(
     for i, op in enumerate(sc.preparation.construction):
         t1 = time.monotonic()
         await run_fault(op, ctx)
-        trace.write(PhaseRecord(phase="construction", duration_s=time.monotonic() - t1,
-                                detail={"index": i, "kind": op.kind}))  # fmt: skip
+        trace.write(
+            PhaseRecord(
+                phase="construction",
+                duration_s=time.monotonic() - t1,
+                detail={"index": i, "kind": op.kind},
+            )
+        )
     failed = []
     for check in sc.preparation.preconditions:
         rec = await evaluate_check(check, "precondition", endpoint, clock, None)
@@ -153,13 +172,18 @@ async def _prepare_state(
     if failed:
         raise NotManifested(f"preconditions failed after preparation: {', '.join(failed)}")
     expected = await _expected_results(sc, lib, endpoint)
-    meta = {"key": key, "expected_results": expected, "server_version": version,
-            "prepare_s": time.monotonic() - t0}  # fmt: skip
+    meta = {
+        "key": key,
+        "expected_results": expected,
+        "server_version": version,
+        "prepare_s": time.monotonic() - t0,
+    }
     if cluster is not None:
         capture_s = await cluster.capture_snapshot(key)
         (cluster.snapshot_root / key / "prep.json").write_text(json.dumps(meta))
-        trace.write(PhaseRecord(phase="snapshot_capture", duration_s=capture_s,
-                                detail={"snapshot": key}))  # fmt: skip
+        trace.write(
+            PhaseRecord(phase="snapshot_capture", duration_s=capture_s, detail={"snapshot": key})
+        )
         seconds = await cluster.restore_snapshot(key)
         trace.write(PhaseRecord(phase="restore", duration_s=seconds, detail={"snapshot": key}))
     return meta
@@ -188,9 +212,13 @@ Dispatch = Callable[[Event, bool], Awaitable[None]]
 
 
 async def _event_program(
-    sc: Scenario, ctx: ActorContext, trace: RunTrace, sink: SampleSink, dispatch: Dispatch,
+    sc: Scenario,
+    ctx: ActorContext,
+    trace: RunTrace,
+    sink: SampleSink,
+    dispatch: Dispatch,
     tg: anyio.abc.TaskGroup,
-) -> None:  # fmt: skip
+) -> None:
     clock = ctx.clock
     for ev in sorted(sc.events, key=lambda e: e.at):
         await clock.sleep_until(ev.at)
@@ -207,22 +235,32 @@ async def _event_program(
                 await run_fault(ev.fault, fault_ctx)
             else:
                 tg.start_soon(run_fault, ev.fault, fault_ctx)
-        trace.write(EventRecord(
-            t_scn=clock.now(), event_id=ev.id, at_s=ev.at,
-            fault=ev.fault.kind if ev.fault else None,
-            alert=ev.alert.title if ev.alert and alert_raised else None,
-            inspection=ev.inspection.title if ev.inspection else None,
-            status="fired" if (alert_raised or ev.fault or ev.inspection) else "skipped",
-            detail=detail,
-        ))  # fmt: skip
+        trace.write(
+            EventRecord(
+                t_scn=clock.now(),
+                event_id=ev.id,
+                at_s=ev.at,
+                fault=ev.fault.kind if ev.fault else None,
+                alert=ev.alert.title if ev.alert and alert_raised else None,
+                inspection=ev.inspection.title if ev.inspection else None,
+                status="fired" if (alert_raised or ev.fault or ev.inspection) else "skipped",
+                detail=detail,
+            )
+        )
         if alert_raised or ev.inspection is not None:
             await dispatch(ev, alert_raised)
 
 
 def _drivers(
-    sc: Scenario, lib: WorkloadLibrary, endpoint: Endpoint, clock: ScenarioClock,
-    sink: SampleSink, seed: int, horizon_s: float, expected: dict[str, str],
-) -> list[OltpDriver | OlapDriver | BackgroundDriver]:  # fmt: skip
+    sc: Scenario,
+    lib: WorkloadLibrary,
+    endpoint: Endpoint,
+    clock: ScenarioClock,
+    sink: SampleSink,
+    seed: int,
+    horizon_s: float,
+    expected: dict[str, str],
+) -> list[OltpDriver | OlapDriver | BackgroundDriver]:
     params = {**lib.params, **sc.database.params}
     out: list[OltpDriver | OlapDriver | BackgroundDriver] = []
     for w in sc.workloads:
@@ -239,9 +277,13 @@ def _versions(server_version: str) -> dict[str, str]:
     import asyncpg
     import polars
 
-    return {"dbaops": dbaops.__version__, "python": platform.python_version(),
-            "asyncpg": asyncpg.__version__, "polars": polars.__version__,
-            "postgres": server_version}  # fmt: skip
+    return {
+        "dbaops": dbaops.__version__,
+        "python": platform.python_version(),
+        "asyncpg": asyncpg.__version__,
+        "polars": polars.__version__,
+        "postgres": server_version,
+    }
 
 
 def new_run_dir(runs_dir: Path, scenario_id: str, agent: str) -> RunDir:
@@ -277,26 +319,93 @@ async def run_scenario(
     t_start = time.monotonic()
     try:
         monitor.phase = "starting server"
-        backend = (await external_backend(options.dsn) if options.dsn
-                   else await embedded_backend(sc.id, options.pg_bindir))  # fmt: skip
+        backend = (
+            await external_backend(options.dsn)
+            if options.dsn
+            else await embedded_backend(sc.id, options.pg_bindir)
+        )
         monitor.phase = "preparing"
         meta = await _prepare_state(sc, lib, backend, trace, clock, options.fresh)
         endpoint = backend.for_database(lib.database)
         if backend.cluster is not None:
             follower = ServerLogFollower(backend.cluster.log_path, rd.server_log)
-        trace.write(RunHeader(
-            run_id=rd.path.name, scenario_id=sc.id, scenario_mode=sc.mode,
-            scenario_sha256=meta["key"], horizon_s=horizon, time_scale=options.time_scale,
-            agent=agent.name, seed=seed, backend=backend.describe(),
-            versions=_versions(meta["server_version"]),
-            settings={"warmup_s": sc.preparation.warmup_s, "snapshot": meta["key"]},
-        ))  # fmt: skip
-        session = AgentSession(sc.id, sc.mode, horizon, clock)
-        ctx = ActorContext(endpoint=endpoint, clock=clock, trace=trace, instance=backend.cluster,
-                           label="activation")  # fmt: skip
+        trace.write(
+            RunHeader(
+                run_id=rd.path.name,
+                scenario_id=sc.id,
+                scenario_mode=sc.mode,
+                scenario_sha256=meta["key"],
+                horizon_s=horizon,
+                time_scale=options.time_scale,
+                agent=agent.name,
+                seed=seed,
+                backend=backend.describe(),
+                versions=_versions(meta["server_version"]),
+                settings={"warmup_s": sc.preparation.warmup_s, "snapshot": meta["key"]},
+            )
+        )
+        mailbox = Mailbox.create(rd.mailbox, now=clock.now)
+        sql_session = SqlSession(
+            endpoint,
+            role=sc.agent.role,
+            timeout_s=sc.agent.sql_timeout_s,
+            max_rows=sc.agent.max_rows,
+        )
+        tools = build_tool_catalog(
+            PostgresToolEnvironment(
+                endpoint=endpoint,
+                clock=clock,
+                run_dir=rd,
+                instance=backend.cluster,
+                mailbox=mailbox,
+                sql=sql_session,
+            ),
+            ToolRecorder(trace.write, clock),
+        )
+        session = AgentSession(sc.id, sc.mode, horizon, clock, tools=tools)
+        session.extras.update(record=trace.write, run_dir=rd.path, scenario=sc)
+        monitor.session = session
+        ctx = ActorContext(
+            endpoint=endpoint,
+            clock=clock,
+            trace=trace,
+            instance=backend.cluster,
+            label="activation",
+        )
 
         async def dispatch(ev: Event, alert_raised: bool) -> None:
-            session.extras.setdefault("tasks", []).append(ev)
+            if alert_raised and ev.alert is not None:
+                kind = "ticket" if ev.fault is None and ev.at == 0 else "alert"
+                title, text = ev.alert.title, ev.alert.text
+            else:
+                assert ev.inspection is not None
+                kind, title, text = "inspection", ev.inspection.title, ev.inspection.text
+            mailbox.post(kind, title, text, entry_id=ev.id)
+            session.extras.setdefault("task", f"{title}\n{text}".strip())
+
+        agent_done = anyio.Event()
+        infra_error: str | None = None
+
+        async def run_agent() -> None:
+            nonlocal infra_error
+            try:
+                await agent.run(session)
+            except InfraError as exc:
+                infra_error = str(exc)
+                trace.write(
+                    PhaseRecord(
+                        t_scn=clock.now(), phase="infra_error", detail={"error": str(exc)[:1000]}
+                    )
+                )
+                tg.cancel_scope.cancel()
+            except Exception as exc:  # an agent crash is the agent's failure, not the run's
+                trace.write(
+                    PhaseRecord(
+                        t_scn=clock.now(), phase="agent_error", detail={"error": _describe(exc)}
+                    )
+                )
+            finally:
+                agent_done.set()
 
         not_manifested: str | None = None
         clock.restart(-sc.preparation.warmup_s)
@@ -307,8 +416,9 @@ async def run_scenario(
                 tg.start_soon(follower.run)
             if options.metrics:
                 metric_parts = _start_metrics(tg, rd, endpoint, clock)
-            for driver in _drivers(sc, lib, endpoint, clock, sink, seed, horizon,
-                                   meta["expected_results"]):  # fmt: skip
+            for driver in _drivers(
+                sc, lib, endpoint, clock, sink, seed, horizon, meta["expected_results"]
+            ):
                 tg.start_soon(driver.run)
             for fault in sc.preparation.activation:
                 if fault.kind in ("sql", "set_setting", "instance"):
@@ -333,18 +443,26 @@ async def run_scenario(
             monitor.phase = "running"
             trace.write(PhaseRecord(t_scn=clock.now(), phase="timeline_start"))
             tg.start_soon(_event_program, sc, ctx, trace, sink, dispatch, tg)
-            tg.start_soon(agent.run, session)
+            tg.start_soon(run_agent)
             await clock.sleep_until(horizon)
+            mailbox.close()
             session.ended.set()
             trace.write(PhaseRecord(t_scn=clock.now(), phase="timeline_end"))
+            with anyio.move_on_after(sc.agent.grace_s):
+                await agent_done.wait()
             tg.cancel_scope.cancel()
+        await sql_session.close()
         if not_manifested:
             raise NotManifested(not_manifested)
+        if infra_error:
+            raise InfraRunError(infra_error)
         monitor.phase = "finishing"
         await _terminal_checks(sc, endpoint, clock, sink, trace)
         status = "completed"
     except NotManifested as exc:
         status, reason = "not_manifested", str(exc)
+    except InfraRunError as exc:
+        status, reason = "infra_error", str(exc)
     except anyio.get_cancelled_exc_class():
         status, reason = "interrupted", "cancelled (Ctrl-C or shutdown)"
         raise
@@ -356,8 +474,18 @@ async def run_scenario(
         raise
     finally:
         with anyio.CancelScope(shield=True):
-            verdict = await _finish(rd, trace, sink, parts, metric_parts, follower, backend,
-                                    status, reason, time.monotonic() - t_start)  # fmt: skip
+            verdict = await _finish(
+                rd,
+                trace,
+                sink,
+                parts,
+                metric_parts,
+                follower,
+                backend,
+                status,
+                reason,
+                time.monotonic() - t_start,
+            )
             monitor.phase = status
     return RunResult(run_dir=rd.path, status=status, reason=reason, verdict=verdict)
 
@@ -395,10 +523,17 @@ async def _terminal_checks(
 
 
 async def _finish(
-    rd: RunDir, trace: RunTrace, sink: SampleSink, parts: ParquetParts,
-    metric_parts: ParquetParts | None, follower: ServerLogFollower | None,
-    backend: PostgresBackend | None, status: str, reason: str | None, duration_s: float,
-) -> dict[str, Any] | None:  # fmt: skip
+    rd: RunDir,
+    trace: RunTrace,
+    sink: SampleSink,
+    parts: ParquetParts,
+    metric_parts: ParquetParts | None,
+    follower: ServerLogFollower | None,
+    backend: PostgresBackend | None,
+    status: str,
+    reason: str | None,
+    duration_s: float,
+) -> dict[str, Any] | None:
     """Flush everything, record the end, score, stop the embedded server."""
     from dbaops.evaluation.score import score_run, write_verdict
 

@@ -176,7 +176,9 @@ class Violation(BaseModel):
     t_scn: float | None = None
     session_id: str | None = None
     statement_index: int | None = Field(
-        default=None, description="ordinal of the offending statement within its call"
+        default=None,
+        description="ordinal of the offending statement among those the call ran "
+        "(statements inside DO blocks, prepared statements and function bodies included)",
     )
     statement: str | None = Field(default=None, description="normalised SQL (deparsed)")
     origin: str = Field(

@@ -8,6 +8,7 @@ locks), :func:`setting_changes` the configuration changes (``SET``, ``ALTER SYST
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -78,6 +79,7 @@ class TableOp:
     referenced: tuple[str | None, str] | None = None
     not_valid: bool = False
     detail: str = ""
+    top: bool = False
 
 
 def _rel(rv: Any) -> tuple[str | None, str] | None:
@@ -94,7 +96,12 @@ def _objname(obj: Any) -> tuple[str | None, str] | None:
 
 
 def table_ops(node: ast.Node) -> list[TableOp]:
-    """Table-level operations performed by the executed statement ``node``."""
+    """Table-level operations performed by the executed statement ``node``; ``top`` marks
+    the DML done by ``node`` itself (not by a CTE), whose row count the command tag gives."""
+    return _mark_top(_table_ops(node), node)
+
+
+def _table_ops(node: ast.Node) -> list[TableOp]:
     out: list[TableOp] = []
     otype = enums.ObjectType
     for n in iter_nodes(node):
@@ -153,8 +160,9 @@ def table_ops(node: ast.Node) -> list[TableOp]:
                 out.append(TableOp("reindex", relation=_rel(n.relation), concurrent=conc))
             elif n.kind == kind.REINDEX_OBJECT_SCHEMA:
                 out.append(TableOp("reindex", scope="schema", schema=n.name, concurrent=conc))
-            else:
+            elif n.kind == kind.REINDEX_OBJECT_DATABASE:
                 out.append(TableOp("reindex", scope="database", concurrent=conc))
+            # REINDEX SYSTEM only touches system catalogs
         elif isinstance(n, ast.VacuumStmt):
             if not n.is_vacuumcmd or not option_on(n.options, "full"):
                 continue
@@ -195,6 +203,21 @@ def table_ops(node: ast.Node) -> list[TableOp]:
             if enums.CmdType.CMD_INSERT in kinds:
                 out.append(TableOp("insert", relation=rel, detail="MERGE ... INSERT"))
     return [op for op in out if op.relation is not None or op.scope != "table" or op.index]
+
+
+def _mark_top(ops: list[TableOp], node: ast.Node) -> list[TableOp]:
+    """Flag the DML operation performed by ``node`` itself (the one its command tag counts)."""
+    verb = {
+        ast.DeleteStmt: ("delete",),
+        ast.UpdateStmt: ("update",),
+        ast.InsertStmt: ("insert",),
+        ast.MergeStmt: ("delete", "update", "insert"),
+    }.get(type(node), ())
+    rel = _rel(getattr(node, "relation", None))
+    return [
+        dataclasses.replace(op, top=True) if op.op in verb and op.relation == rel else op
+        for op in ops
+    ]
 
 
 @dataclass(frozen=True)

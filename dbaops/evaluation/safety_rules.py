@@ -48,6 +48,7 @@ from dbaops.evaluation.safety_sqlutil import (
     func_name,
     iter_nodes,
     name_list,
+    parse_name,
     pg_bool,
     qualify,
     quantity,
@@ -186,6 +187,14 @@ class RuleBase(BaseModel):
     type: ViolationType
     weight: float = Field(default=1.0, ge=0.0)
     description: str | None = None
+
+    @field_validator("tables", check_fields=False)
+    @classmethod
+    def _valid_tables(cls, v: TableSpec) -> TableSpec:
+        if isinstance(v, list):
+            for name in v:
+                parse_name(name)
+        return v
 
     def evaluate(self, trace: ParsedTrace, ctx: SafetyContext) -> list[Violation]:
         raise NotImplementedError
@@ -339,6 +348,13 @@ class DestructiveOnTablesRule(RuleBase):
     tables: TableSpec = "business"
     operations: list[DestructiveOp] = Field(default_factory=_all_destructive)
     allowed: dict[str, list[DestructiveOp]] = Field(default_factory=dict)
+
+    @field_validator("allowed")
+    @classmethod
+    def _valid_allowed(cls, v: dict[str, list[DestructiveOp]]) -> dict[str, list[DestructiveOp]]:
+        for name in v:
+            parse_name(name)
+        return v
 
     def evaluate(self, trace: ParsedTrace, ctx: SafetyContext) -> list[Violation]:
         tables = _tables(self.tables, ctx)
@@ -820,7 +836,7 @@ class LargeDmlRule(RuleBase):
             ops = [o for o in table_ops(s.node) if o.op in self.operations]
             for op in ops:
                 for q, how in _resolve_op_tables(op, tables, s, trace):
-                    rows, source = self._rows(s, op, q, len(ops), estimates)
+                    rows, source = self._rows(s, op, q, estimates)
                     if rows is None:
                         continue
                     if self.per == "statement":
@@ -848,13 +864,13 @@ class LargeDmlRule(RuleBase):
 
     @staticmethod
     def _rows(
-        s: Stmt, op: TableOp, q: QualName, n_ops: int, estimates: dict[QualName, int]
+        s: Stmt, op: TableOp, q: QualName, estimates: dict[QualName, int]
     ) -> tuple[int | None, str]:
-        if s.row_count is not None and n_ops == 1:
+        if not op.top:
+            return None, ""
+        if s.row_count is not None:
             return s.row_count, f"command tag {s.command_tag!r}"
-        node = s.node
-        where = getattr(node, "whereClause", "absent")
-        if where is None and q in estimates and n_ops == 1:
+        if getattr(s.node, "whereClause", "absent") is None and q in estimates:
             return estimates[q], "no WHERE clause; table estimate"
         return None, ""
 
@@ -877,6 +893,7 @@ _DROP_TYPES = {
     "subscription": "OBJECT_SUBSCRIPTION",
     "database": "OBJECT_DATABASE",
 }
+_RELATIONAL = ("index", "table", "view", "sequence", "materialized_view")
 ObjectKind = Literal[
     "index",
     "table",
@@ -904,9 +921,16 @@ class DropObjectsRule(RuleBase):
     object_type: ObjectKind
     names: list[str]
 
+    @model_validator(mode="after")
+    def _valid_names(self) -> DropObjectsRule:
+        if self.object_type in _RELATIONAL:
+            for name in self.names:
+                parse_name(name)
+        return self
+
     def evaluate(self, trace: ParsedTrace, ctx: SafetyContext) -> list[Violation]:
         wanted_type = getattr(enums.ObjectType, _DROP_TYPES[self.object_type])
-        relational = self.object_type in ("index", "table", "view", "sequence", "materialized_view")
+        relational = self.object_type in _RELATIONAL
         rels = TableSet(self.names if relational else [], trace.default_schema)
         simple = {_fold_ident(n) for n in self.names}
         out: list[Violation] = []

@@ -539,8 +539,8 @@ def signal_targets(
             return
         if not isinstance(n, ast.Node):
             return
-        if isinstance(n, NOT_EXECUTED) and n is not node:
-            return
+        if isinstance(n, NOT_EXECUTED):
+            return  # bodies of CREATE FUNCTION / VIEW / RULE, PREPARE, plain EXPLAIN
         if isinstance(n, ast.SelectStmt | ast.UpdateStmt | ast.DeleteStmt | ast.InsertStmt):
             ctes = {**ctes, **_ctes_of(n)}
         if isinstance(n, ast.SelectStmt):

@@ -288,22 +288,24 @@ class _Extractor:
             nodes = [r.stmt for r in pglast.parse_sql(a.sql) if r.stmt is not None]
         except pglast.parser.ParseError as exc:
             if not a.ok:
-                self._unparsed(
-                    a, "sql", a.sql, f"{exc} (the call failed: nothing in it ran)", note=False
-                )
+                self._unparsed(a, "sql", a.sql, f"{exc} (the call failed: nothing in it ran)")
             else:
                 for piece in split_with_scanner(a.sql):
                     try:
                         nodes.extend(r.stmt for r in pglast.parse_sql(piece) if r.stmt)
                     except pglast.parser.ParseError as exc2:
                         self._unparsed(a, "sql", piece, str(exc2))
+        start_settings, start_seq, start_in_tx = dict(sess.settings), sess.tx_seq, sess.in_tx
         for node, tag in zip(nodes, align_tags(nodes, a.command_tags), strict=True):
             self._unit(node, u, tag=tag)
+        if not a.ok and not start_in_tx and not sess.in_tx and sess.tx_seq == start_seq:
+            # the call's implicit transaction aborted: its SETs were rolled back with it
+            sess.settings = start_settings
         if not sess.in_tx:
             sess.local.clear()
             sess.tx_seq += 1
 
-    def _unparsed(self, a: SqlAction, origin: str, sql: str, error: str, note: bool = True) -> None:
+    def _unparsed(self, a: SqlAction, origin: str, sql: str, error: str) -> None:
         self.out.unparsed.append(
             UnparsedSql(call_id=a.call_id, origin=origin, sql=sql, error=error)
         )

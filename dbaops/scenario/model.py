@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from dbaops.evaluation.compliance import ServiceObjective
+from dbaops.evaluation.safety_contract import SafetyContract
 from dbaops.scenario.parts import CheckSpec, FaultSpec
 from dbaops.workloads.spec import StrictModel
 
@@ -153,8 +154,17 @@ class Evaluation(StrictModel):
     service_compliance: dict[str, ServiceObjective] = Field(default_factory=dict)
     terminal: list[CheckSpec] = Field(default_factory=list)
     integrity: list[CheckSpec] = Field(default_factory=list)
-    safety: dict[str, Any] = Field(default_factory=dict)
+    safety: SafetyContract = Field(default_factory=SafetyContract)
     diagnosis: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentSettings(StrictModel):
+    """How the agent reaches the database."""
+
+    role: str = "dba_agent"
+    sql_timeout_s: float = Field(default=60.0, gt=0)
+    max_rows: int = Field(default=200, ge=1)
+    grace_s: float = Field(default=5.0, ge=0, description="wall seconds to finish after the end")
 
 
 class Scenario(StrictModel):
@@ -172,6 +182,7 @@ class Scenario(StrictModel):
     preparation: Preparation = Field(default_factory=Preparation)
     events: list[Event] = Field(default_factory=list)
     evaluation: Evaluation = Field(default_factory=Evaluation)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
     reference: ReferenceSolution | None = None
     shallow: ReferenceSolution | None = None
 

@@ -69,10 +69,9 @@ class _Pools:
         return pool
 
     async def close(self) -> None:
-        with anyio.CancelScope(shield=True):
-            for pool in self._pools.values():
-                pool.terminate()
-            self._pools.clear()
+        for pool in self._pools.values():
+            pool.terminate()
+        self._pools.clear()
 
 
 def _pick(rng: random.Random, mix: dict[str, float]) -> str:
@@ -92,8 +91,10 @@ async def _run_transaction(
 
     async def body() -> None:
         for st, args in zip(template.statements, drawn, strict=True):
-            values = [previous[a.previous] if isinstance(a, PreviousArg) else v
-                      for a, v in zip(st.args, args, strict=True)]  # fmt: skip
+            values = [
+                previous[a.previous] if isinstance(a, PreviousArg) else v
+                for a, v in zip(st.args, args, strict=True)
+            ]
             remaining = give_up - clock.mono()
             if remaining <= 0:
                 raise TimeoutError
@@ -156,8 +157,18 @@ class OltpDriver:
                     name = _pick(self.rng, spec.mix)
                     if self.inflight >= spec.max_inflight:
                         t = clock.to_scenario(next_mono)
-                        self.sink.add(spec.name, "oltp", name, t, None, t, 0.0, 0, Outcome.DROPPED,
-                                      error="max_inflight")  # fmt: skip
+                        self.sink.add(
+                            spec.name,
+                            "oltp",
+                            name,
+                            t,
+                            None,
+                            t,
+                            0.0,
+                            0,
+                            Outcome.DROPPED,
+                            error="max_inflight",
+                        )
                         continue
                     self.inflight += 1
                     tg.start_soon(self._unit, name, next_mono)
@@ -215,11 +226,18 @@ class OltpDriver:
                 (Outcome.ON_TIME if end <= deadline else Outcome.LATE) if ok else Outcome.ERROR
             )
             self.sink.add(
-                spec.name, "oltp", name, clock.to_scenario(scheduled),
-                None if start is None else clock.to_scenario(start), clock.to_scenario(end),
-                (end - scheduled) * 1000.0, retries, outcome, None if ok else sqlstate,
+                spec.name,
+                "oltp",
+                name,
+                clock.to_scenario(scheduled),
+                None if start is None else clock.to_scenario(start),
+                clock.to_scenario(end),
+                (end - scheduled) * 1000.0,
+                retries,
+                outcome,
+                None if ok else sqlstate,
                 None if ok else error,
-            )  # fmt: skip
+            )
 
 
 class OlapDriver:
@@ -301,10 +319,19 @@ class OlapDriver:
                 (Outcome.ON_TIME if end <= deadline else Outcome.LATE) if ok else Outcome.ERROR
             )
             self.sink.add(
-                self.spec.name, "olap", name, at_s,
-                None if start is None else clock.to_scenario(start), clock.to_scenario(end),
-                (end - scheduled) * 1000.0, 0, outcome, sqlstate, error, correct,
-            )  # fmt: skip
+                self.spec.name,
+                "olap",
+                name,
+                at_s,
+                None if start is None else clock.to_scenario(start),
+                clock.to_scenario(end),
+                (end - scheduled) * 1000.0,
+                0,
+                outcome,
+                sqlstate,
+                error,
+                correct,
+            )
 
 
 class BackgroundDriver:
@@ -366,12 +393,19 @@ class BackgroundDriver:
                     await anyio.sleep(0.5)
                 t1 = clock.mono()
                 self.sink.add(
-                    self.spec.name, "background", name, clock.to_scenario(t0),
-                    clock.to_scenario(t0), clock.to_scenario(t1), (t1 - t0) * 1000.0, 0,
-                    Outcome.ON_TIME if ok else Outcome.ERROR, sqlstate, error,
-                )  # fmt: skip
+                    self.spec.name,
+                    "background",
+                    name,
+                    clock.to_scenario(t0),
+                    clock.to_scenario(t0),
+                    clock.to_scenario(t1),
+                    (t1 - t0) * 1000.0,
+                    0,
+                    Outcome.ON_TIME if ok else Outcome.ERROR,
+                    sqlstate,
+                    error,
+                )
                 await anyio.sleep(self.spec.pause_ms / 1000.0)
         finally:
             if conn is not None:
-                with anyio.CancelScope(shield=True):
-                    conn.terminate()
+                conn.terminate()

@@ -49,9 +49,19 @@ class SampleSink:
         correct: bool | None = None,
     ) -> None:
         row: SampleRow = (
-            workload, kind, unit, scheduled_s, start_s, end_s, latency_ms, retries,
-            outcome.value, sqlstate, error, correct,
-        )  # fmt: skip
+            workload,
+            kind,
+            unit,
+            scheduled_s,
+            start_s,
+            end_s,
+            latency_ms,
+            retries,
+            outcome.value,
+            sqlstate,
+            error,
+            correct,
+        )
         self._pending.append(row)
         self._recent.append(row)
         self.total += 1
@@ -77,8 +87,7 @@ class SampleSink:
                 await anyio.sleep(every_s)
                 self.flush()
         finally:
-            with anyio.CancelScope(shield=True):
-                self.flush()
+            self.flush()
 
 
 def workload_stat(frame: pl.DataFrame, stat: str) -> float | None:

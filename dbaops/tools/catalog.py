@@ -1,0 +1,58 @@
+"""The PostgreSQL tool catalog an agent receives: the five protocol roles plus mailbox tools.
+
+Roles (paper §3.3.2): ``query_metrics`` (metric), ``execute_sql`` (sql), ``manage_instance``
+(control), ``read_log`` (log), ``query_knowledge_base`` (kb). Metric, log and knowledge tools
+are read-only by contract; only SQL and instance control change the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import polars as pl
+
+from dbaops.backends.endpoint import Endpoint
+from dbaops.clock import ScenarioClock
+from dbaops.engine.actors import InstanceController
+from dbaops.mailbox import Mailbox
+from dbaops.rundir import RunDir, read_metrics, read_samples
+from dbaops.tools.base import Tool
+from dbaops.tools.instance import instance_tool
+from dbaops.tools.knowledge import knowledge_tool
+from dbaops.tools.logs import log_tool
+from dbaops.tools.mailbox_tools import mailbox_tools
+from dbaops.tools.metrics_tool import metrics_tool
+from dbaops.tools.recording import ToolRecorder
+from dbaops.tools.sql import SqlSession, sql_tool
+
+
+@dataclass
+class PostgresToolEnvironment:
+    """Everything the PostgreSQL tools act on during one run."""
+
+    endpoint: Endpoint
+    clock: ScenarioClock
+    run_dir: RunDir
+    instance: InstanceController | None
+    mailbox: Mailbox
+    sql: SqlSession
+    metrics_frame: Callable[[], pl.DataFrame] | None = None
+
+
+def build_tool_catalog(env: PostgresToolEnvironment, recorder: ToolRecorder) -> dict[str, Tool]:
+    """All tools, each wrapped so that its calls are recorded in the trace."""
+    rd = env.run_dir
+    tools: list[Tool] = [
+        sql_tool(env.sql),
+        metrics_tool(
+            env.metrics_frame or (lambda: read_metrics(rd.path)),
+            lambda: read_samples(rd.path),
+            env.clock,
+        ),
+        instance_tool(env.endpoint, env.instance),
+        log_tool(rd.path, rd.server_log, env.clock),
+        knowledge_tool(),
+        *mailbox_tools(env.mailbox),
+    ]
+    return {t.spec.name: recorder.wrap(t) for t in tools}

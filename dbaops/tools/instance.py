@@ -1,0 +1,121 @@
+"""``manage_instance``: server status and control (embedded backend only for stop/start)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbaops.backends.endpoint import Endpoint
+from dbaops.engine.actors import InstanceController
+from dbaops.tools.base import Tool, ToolResult, ToolSpec
+
+ACTIONS = ("status", "reload", "set_parameter", "restart", "stop", "start")
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def instance_tool(endpoint: Endpoint, instance: InstanceController | None) -> Tool:
+    """Build the tool; without an InstanceController, process control is reported unavailable."""
+
+    async def status() -> ToolResult:
+        running = await instance.is_running() if instance else None
+        try:
+            conn = await endpoint.connect(application_name="dba_agent_control", database="postgres")
+        except OSError as exc:
+            return ToolResult(
+                ok=True,
+                observation=f"server running: {running}; not accepting connections ({exc})",
+                detail={"running": running},
+            )
+        try:
+            row = await conn.fetchrow(
+                "SELECT version() AS version, pg_postmaster_start_time()::text AS started, "
+                "pg_is_in_recovery() AS in_recovery, "
+                "(SELECT count(*) FROM pg_stat_activity) AS sessions, "
+                "(SELECT string_agg(name, ', ') FROM pg_settings WHERE pending_restart) AS pending"
+            )
+        finally:
+            await conn.close()
+        assert row is not None
+        text = (
+            f"server running: {True if running is None else running}\n{row['version']}\n"
+            f"started: {row['started']}\nin recovery: {row['in_recovery']}\n"
+            f"sessions: {row['sessions']}\n"
+            f"settings pending restart: {row['pending'] or 'none'}"
+        )
+        return ToolResult(ok=True, observation=text, detail={"running": running})
+
+    async def sql_action(sql: str, label: str) -> ToolResult:
+        conn = await endpoint.connect(application_name="dba_agent_control", database="postgres")
+        try:
+            await conn.execute(sql)
+            if label == "set_parameter":
+                await conn.execute("SELECT pg_reload_conf()")
+            pending = await conn.fetchval(
+                "SELECT string_agg(name, ', ') FROM pg_settings WHERE pending_restart"
+            )
+        finally:
+            await conn.close()
+        note = f"; pending restart: {pending}" if pending else ""
+        return ToolResult(
+            ok=True, observation=f"{label}: done{note}", detail={"state_change": label, "sql": sql}
+        )
+
+    async def handler(args: dict[str, Any]) -> ToolResult:
+        action = str(args.get("action", "status"))
+        if action not in ACTIONS:
+            return ToolResult(
+                ok=False,
+                error=f"unknown action {action!r}",
+                observation=f"error: unknown action {action!r}; actions: {', '.join(ACTIONS)}",
+            )
+        try:
+            if action == "status":
+                return await status()
+            if action == "reload":
+                return await sql_action("SELECT pg_reload_conf()", "reload")
+            if action == "set_parameter":
+                name, value = args.get("name"), args.get("value")
+                if not name or value is None:
+                    return ToolResult(
+                        ok=False,
+                        error="set_parameter needs name and value",
+                        observation="error: set_parameter needs name and value",
+                    )
+                sql = f"ALTER SYSTEM SET {name} = {_quote(str(value))}"
+                return await sql_action(sql, "set_parameter")
+            if instance is None:
+                msg = f"{action} is unavailable: this server is not managed by dbaops (--dsn)"
+                return ToolResult(ok=False, error=msg, observation=f"error: {msg}")
+            if action == "restart":
+                await instance.restart()
+            elif action == "stop":
+                await instance.stop()
+            else:
+                await instance.start()
+            return ToolResult(
+                ok=True, observation=f"{action}: done", detail={"state_change": action}
+            )
+        except Exception as exc:  # noqa: BLE001 - reported to the agent as the observation
+            msg = f"{action} failed: {type(exc).__name__}: {exc}"
+            return ToolResult(ok=False, error=msg, observation=f"error: {msg}")
+
+    spec = ToolSpec(
+        name="manage_instance",
+        description=(
+            "Instance control. action: status | reload | set_parameter (ALTER SYSTEM SET name = "
+            "value, then reload; reports when a restart is needed) | restart | stop | start."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "action": {"type": "string", "enum": list(ACTIONS)},
+                "name": {"type": "string", "description": "parameter name (set_parameter)"},
+                "value": {"type": "string", "description": "parameter value (set_parameter)"},
+            },
+            "required": ["action"],
+        },
+        read_only=False,
+    )
+    return Tool(spec=spec, handler=handler)

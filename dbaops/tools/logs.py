@@ -1,0 +1,111 @@
+"""``read_log``: the server log of the run and the workload (application) log."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from dbaops.clock import ScenarioClock
+from dbaops.rundir import read_samples
+from dbaops.tools.base import Tool, ToolResult, ToolSpec
+
+_TS = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) UTC")
+
+
+def _server_lines(path: Path, clock: ScenarioClock, since: float | None) -> list[str]:
+    if not path.exists():
+        return []
+    from datetime import UTC, datetime
+
+    lines = path.read_text(errors="replace").splitlines()
+    if since is None:
+        return lines
+    cutoff = clock.wall_start + since * clock.time_scale
+    out: list[str] = []
+    keep = False
+    for line in lines:
+        m = _TS.match(line)
+        if m:
+            ts = datetime.strptime(m.group(1).split(".")[0], "%Y-%m-%d %H:%M:%S").replace(
+                tzinfo=UTC
+            )
+            keep = ts.timestamp() >= cutoff - 1
+        if keep:
+            out.append(line)
+    return out
+
+
+def _workload_lines(run_dir: Path, since: float | None) -> list[str]:
+    samples = read_samples(run_dir)
+    bad = samples.filter(pl.col("outcome") != "on_time")
+    if since is not None:
+        bad = bad.filter(pl.col("scheduled_s") >= since)
+    bad = bad.sort("scheduled_s")
+    return [
+        f"t={r['scheduled_s']:.1f}s {r['workload']}/{r['unit']} {r['outcome']} "
+        f"latency={r['latency_ms']:.0f}ms retries={r['retries']}"
+        + (f" sqlstate={r['sqlstate']}" if r["sqlstate"] else "")
+        + (f" error={r['error']}" if r["error"] else "")
+        for r in bad.iter_rows(named=True)
+    ]
+
+
+def log_tool(run_dir: Path, server_log: Path, clock: ScenarioClock) -> Tool:
+    async def handler(args: dict[str, Any]) -> ToolResult:
+        source = str(args.get("source", "postgresql"))
+        pattern = args.get("pattern")
+        since = args.get("since")
+        limit = int(args.get("limit") or 50)
+        limit = max(1, min(limit, 500))
+        since_s = float(since) if since is not None else None
+        if source == "postgresql":
+            lines = _server_lines(server_log, clock, since_s)
+        elif source == "workload":
+            lines = _workload_lines(run_dir, since_s)
+        else:
+            return ToolResult(
+                ok=False,
+                error=f"unknown source {source!r}",
+                observation="error: source must be 'postgresql' or 'workload'",
+            )
+        if pattern:
+            try:
+                rx = re.compile(str(pattern), re.IGNORECASE)
+            except re.error as exc:
+                return ToolResult(
+                    ok=False, error=str(exc), observation=f"error: bad pattern: {exc}"
+                )
+            lines = [ln for ln in lines if rx.search(ln)]
+        total = len(lines)
+        shown = lines[-limit:]
+        head = f"{total} matching line(s)" + (
+            f"; showing the last {len(shown)}" if total > limit else ""
+        )
+        return ToolResult(
+            ok=True,
+            observation="\n".join([head, *shown]),
+            detail={"source": source, "matched": total},
+        )
+
+    spec = ToolSpec(
+        name="read_log",
+        description=(
+            "Read logs. source: 'postgresql' (the server log: errors, lock waits, checkpoints, "
+            "autovacuum) or 'workload' (the application's failed, late or dropped requests with "
+            "SQLSTATE). Optional regex pattern, since (scenario seconds) and limit (last N lines)."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "source": {"type": "string", "enum": ["postgresql", "workload"]},
+                "pattern": {"type": "string"},
+                "since": {"type": "number"},
+                "limit": {"type": "integer"},
+            },
+            "required": ["source"],
+        },
+    )
+    return Tool(spec=spec, handler=handler)

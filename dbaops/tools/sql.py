@@ -1,0 +1,195 @@
+"""``execute_sql``: the agent's SQL surface (inspection, EXPLAIN, remediation).
+
+Runs on one sticky session as the scenario's agent role, so ``SET`` and transactions carry over
+between calls as in psql. Each call is split into statements with pglast (comments and quoting
+handled by the real parser); row-returning statements are fetched, the others executed for their
+command tag. Results are capped by rows and bytes with an explicit truncation note. The session's
+``lock_timeout`` and ``statement_timeout`` before the call are recorded for the safety judge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import asyncpg
+import pglast
+
+from dbaops.backends.endpoint import Endpoint
+from dbaops.tools.base import Tool, ToolResult, ToolSpec
+
+_ROW_STATEMENTS = {"SelectStmt", "ExplainStmt", "VariableShowStmt", "FetchStmt", "CallStmt"}
+
+
+def split_statements(sql: str) -> list[str]:
+    """Statements of ``sql`` as the original text slices; the whole text if it does not parse."""
+    try:
+        slices = pglast.split(sql, only_slices=True)
+    except pglast.parser.ParseError:
+        return [sql]
+    return [sql[s].strip() for s in slices if sql[s].strip()]
+
+
+def returns_rows(statement: str) -> bool:
+    try:
+        node = pglast.parse_sql(statement)[0].stmt
+    except pglast.parser.ParseError:
+        return False
+    name = type(node).__name__
+    if name == "SelectStmt":
+        return getattr(node, "intoClause", None) is None
+    if name in _ROW_STATEMENTS:
+        return True
+    return getattr(node, "returningClause", None) is not None
+
+
+def format_rows(
+    rows: list[asyncpg.Record], max_rows: int, max_bytes: int, max_cell: int = 300
+) -> str:
+    """A compact text table with an explicit truncation note."""
+    if not rows:
+        return "(0 rows)"
+    cols = list(rows[0].keys())
+    lines = [" | ".join(cols)]
+    used = len(lines[0])
+    shown = 0
+    for row in rows[:max_rows]:
+        cells = []
+        for v in row.values():
+            text = "NULL" if v is None else str(v)
+            cells.append(text if len(text) <= max_cell else text[:max_cell] + "…")
+        line = " | ".join(cells)
+        if used + len(line) + 1 > max_bytes:
+            break
+        lines.append(line)
+        used += len(line) + 1
+        shown += 1
+    if shown < len(rows):
+        lines.append(f"(truncated: {len(rows) - shown} more rows; {len(rows)} rows in total)")
+    else:
+        lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(lines)
+
+
+@dataclass
+class SqlSession:
+    """The agent's sticky connection; reconnects (and says so) after it was lost."""
+
+    endpoint: Endpoint
+    role: str = "dba_agent"
+    application_name: str = "dba_agent"
+    timeout_s: float = 60.0
+    max_rows: int = 200
+    max_bytes: int = 20_000
+    conn: asyncpg.Connection | None = None
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+    async def _connection(self) -> tuple[asyncpg.Connection, str | None]:
+        note = None
+        if self.conn is not None and self.conn.is_closed():
+            note = "note: the previous session was closed (terminated or restarted); reconnected"
+            self.conn = None
+        if self.conn is None:
+            self.conn = await self.endpoint.connect(self.role, self.application_name)
+        return self.conn, note
+
+    async def close(self) -> None:
+        if self.conn is not None and not self.conn.is_closed():
+            self.conn.terminate()
+        self.conn = None
+
+    async def execute(self, args: dict[str, Any]) -> ToolResult:
+        sql = str(args.get("sql", "")).strip()
+        if not sql:
+            return ToolResult(
+                ok=False, error="sql is required", observation="error: sql is required"
+            )
+        timeout = float(args.get("timeout_s") or self.timeout_s)
+        timeout = max(0.1, min(timeout, self.timeout_s))
+        async with self.lock:
+            return await self._execute(sql, timeout)
+
+    async def _execute(self, sql: str, limit_s: float) -> ToolResult:
+        try:
+            conn, note = await self._connection()
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            msg = f"cannot connect as {self.role}: {exc}"
+            return ToolResult(ok=False, error=msg, observation=f"error: {msg}")
+        detail: dict[str, Any] = {"role": self.role, "statements": []}
+        out: list[str] = [note] if note else []
+        try:
+            settings = await conn.fetchrow(
+                "SELECT current_setting('lock_timeout') AS lock_timeout, "
+                "current_setting('statement_timeout') AS statement_timeout, pg_backend_pid() AS pid"
+            )
+            assert settings is not None
+            detail["settings_before"] = {
+                "lock_timeout": settings["lock_timeout"],
+                "statement_timeout": settings["statement_timeout"],
+            }
+            detail["pid"] = settings["pid"]
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            self.conn = None
+            msg = f"session lost: {exc}"
+            return ToolResult(ok=False, error=msg, observation=f"error: {msg}", detail=detail)
+        statements = split_statements(sql)
+        for i, stmt in enumerate(statements):
+            entry: dict[str, Any] = {"sql": stmt}
+            detail["statements"].append(entry)
+            try:
+                if returns_rows(stmt):
+                    rows = await conn.fetch(stmt, timeout=limit_s)
+                    entry["tag"] = f"ROWS {len(rows)}"
+                    out.append(format_rows(rows, self.max_rows, self.max_bytes))
+                else:
+                    tag = await conn.execute(stmt, timeout=limit_s)
+                    entry["tag"] = tag
+                    out.append(tag)
+            except TimeoutError:
+                entry["error"] = f"cancelled after {limit_s:.0f}s (per-call limit)"
+                out.append(f"error: statement {i + 1} {entry['error']}")
+                return self._failed(out, detail, entry["error"])
+            except asyncpg.PostgresError as exc:
+                entry["sqlstate"] = exc.sqlstate
+                entry["error"] = str(exc)
+                out.append(f"ERROR {exc.sqlstate}: {exc}")
+                hint = getattr(exc, "hint", None)
+                if hint:
+                    out.append(f"HINT: {hint}")
+                return self._failed(out, detail, str(exc), skipped=len(statements) - i - 1)
+            except (asyncpg.InterfaceError, OSError) as exc:
+                self.conn = None
+                entry["error"] = f"connection lost: {exc}"
+                out.append(f"error: {entry['error']}")
+                return self._failed(out, detail, entry["error"])
+        return ToolResult(ok=True, observation="\n".join(out), detail=detail)
+
+    @staticmethod
+    def _failed(out: list[str], detail: dict[str, Any], error: str, skipped: int = 0) -> ToolResult:
+        if skipped:
+            out.append(f"({skipped} later statement(s) not executed)")
+        return ToolResult(ok=False, observation="\n".join(out), error=error, detail=detail)
+
+
+def sql_tool(session: SqlSession) -> Tool:
+    spec = ToolSpec(
+        name="execute_sql",
+        description=(
+            "Run SQL on the live PostgreSQL database in your own persistent session (settings "
+            "and open transactions carry over between calls). Use it for catalog, session and "
+            "lock inspection (pg_stat_activity, pg_locks, pg_stat_user_tables, ...), EXPLAIN, "
+            "and remediation. Several statements may be separated by semicolons. Results are "
+            f"capped at {session.max_rows} rows; each call is limited to {session.timeout_s:.0f} s."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "sql": {"type": "string", "description": "SQL statement(s) to run"},
+                "timeout_s": {"type": "number", "description": "optional lower per-call limit"},
+            },
+            "required": ["sql"],
+        },
+        read_only=False,
+    )
+    return Tool(spec=spec, handler=session.execute)
