@@ -41,10 +41,17 @@ class AgentNotFound(ValueError):
     """An --agent name that is neither built in nor importable."""
 
 
-def builtin_agents() -> dict[str, type]:
-    from dbaops.agents.noop import NoopAgent
+def builtin_agents() -> dict[str, Any]:
+    from functools import partial
 
-    return {"noop": NoopAgent}
+    from dbaops.agents.noop import NoopAgent
+    from dbaops.agents.reference import ReferenceAgent
+
+    return {
+        "noop": NoopAgent,
+        "reference": ReferenceAgent,
+        "shallow": partial(ReferenceAgent, "shallow"),
+    }
 
 
 def load_agent(spec: str, **kwargs: Any) -> Agent:

@@ -232,6 +232,51 @@ def score(
 
 
 @app.command()
+def validate(
+    scenarios: Annotated[list[str], typer.Argument(help="scenario ids or YAML paths")],
+    repeat: Annotated[int, typer.Option("--repeat", min=1)] = 1,
+    time_scale: ScaleOpt = 0.1,
+    runs_dir: RunsOpt = Path("runs"),
+    fresh: FreshOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Prove scenarios achievable and not vacuous: noop fails, reference passes, shallow fails."""
+    from dbaops.engine.runner import RunOptions
+    from dbaops.engine.validate import validate as run_validation
+    from dbaops.scenario.loader import ScenarioError, load_scenario
+
+    _configure_logging(verbose)
+    try:
+        for s in scenarios:
+            load_scenario(s)
+    except ScenarioError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    options = RunOptions(time_scale=time_scale, runs_dir=runs_dir, fresh=fresh)
+    summary = anyio.run(run_validation, scenarios, options, repeat)
+    table = Table(
+        "scenario", "solution", "#", "expected", "status", "outcome", "safe", "ok", "reason"
+    )
+    for r in summary.rows:
+        table.add_row(
+            r.scenario,
+            r.solution,
+            str(r.repeat),
+            r.expectation,
+            r.status,
+            str(r.outcome_pass),
+            str(r.safe_pass),
+            "[green]ok[/green]" if r.ok else "[red]FAIL[/red]",
+            r.reason[:80],
+        )
+    console.print(table)
+    for flip in summary.flips:
+        console.print(f"[red]flip:[/red] {flip}")
+    console.print("[green]valid[/green]" if summary.ok else "[red]NOT valid[/red]")
+    raise typer.Exit(0 if summary.ok else 1)
+
+
+@app.command()
 def schema() -> None:
     """Print the JSON Schema of scenario files."""
     from dbaops.scenario.loader import scenario_json_schema

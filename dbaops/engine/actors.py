@@ -200,21 +200,47 @@ async def _load(fault: LoadActor, ctx: ActorContext) -> None:
                 tg.start_soon(session, i)
 
 
+async def _drop_terminated(conns: list[asyncpg.Connection], ctx: ActorContext) -> None:
+    """Close our side of sessions that someone else terminated (without touching the idle ones,
+    whose ``state_change`` must stay old)."""
+    try:
+        admin = await ctx.endpoint.connect(application_name="dbaops_actor")
+    except (asyncpg.PostgresError, OSError):
+        return
+    try:
+        alive = {r[0] for r in await admin.fetch("SELECT pid FROM pg_stat_activity")}
+    finally:
+        await admin.close()
+    for c in conns:
+        if not c.is_closed() and c.get_server_pid() not in alive:
+            c.terminate()
+
+
 async def _idle(fault: IdleConnections, ctx: ActorContext) -> None:
     conns: list[asyncpg.Connection] = []
-    try:
-        for _ in range(fault.count):
+
+    async def fill() -> str | None:
+        conns[:] = [c for c in conns if not c.is_closed()]
+        while len(conns) < fault.count:
             try:
                 conns.append(
                     await ctx.endpoint.connect(fault.role, fault.application_name, fault.database)
                 )
             except (asyncpg.PostgresError, OSError) as exc:
-                _record(ctx, fault, "partial", opened=len(conns), error=str(exc)[:300])
-                break
-        _record(ctx, fault, "started", opened=len(conns))
-        if fault.duration_s is None:
-            await anyio.sleep_forever()
-        await ctx.clock.sleep(fault.duration_s)
+                return str(exc)[:300]
+        return None
+
+    try:
+        error = await fill()
+        _record(ctx, fault, "started", opened=len(conns), error=error)
+        with anyio.move_on_after(
+            ctx.clock.wall_seconds(fault.duration_s) if fault.duration_s is not None else None
+        ):
+            while True:
+                await anyio.sleep(1.0 if fault.reconnect else 3600.0)
+                if fault.reconnect:
+                    await _drop_terminated(conns, ctx)
+                    await fill()
         _record(ctx, fault, "finished", opened=len(conns))
     finally:
         for c in conns:

@@ -71,6 +71,7 @@ from dbaops.clock import ScenarioClock
 from dbaops.engine.metrics_query import (
     MetricInfo,
     UnknownMetricError,
+    format_metric_list,
     format_series,
     list_metrics,
     query_series,
@@ -101,6 +102,7 @@ __all__ = [
     "MetricSampler",
     "MetricSpec",
     "UnknownMetricError",
+    "format_metric_list",
     "format_series",
     "list_metrics",
     "metric_kind",
@@ -208,6 +210,8 @@ class MetricSampler:
         self._history: list[pl.DataFrame] = []
         self._recheck_pgss_at = 0
         self._create_tried = False
+        self._consecutive_failures = 0
+        self._failing_since: float | None = None
 
         #: Counters of the sampler's own work (for reports and tests).
         self.samples = 0
@@ -249,33 +253,49 @@ class MetricSampler:
     async def sample_once(self) -> bool:
         """Take one sample now; returns False (and records ``sampler.up`` = 0) on failure."""
         t = self._clock.now()
+        connected = False
         try:
             conn = await self._ensure_connection()
+            connected = True
+            t = self._clock.now()  # connecting may have taken a while
             await self._sample(conn, t)
         except Exception as exc:  # never crash the run: record a gap
-            self.failures += 1
-            self._add(t, "sampler.up", "", 0.0)
-            self._buffered_samples += 1
-            conn_lost = _is_connection_error(exc) or (
-                self._conn is not None and self._conn.is_closed()
-            )
+            self._record_failure(t, exc, connected)
+            return False
+        if self._failing_since is not None:
+            log.info("sampler_recovered", gap_s=round(t - self._failing_since, 3))
+            self._failing_since = None
+        self._consecutive_failures = 0
+        self._backoff = self.backoff_initial_s
+        return True
+
+    def _record_failure(self, t: float, exc: Exception, connected: bool) -> None:
+        self.failures += 1
+        self._consecutive_failures += 1
+        if self._failing_since is None:
+            self._failing_since = t
+        self._add(t, "sampler.up", "", 0.0)
+        self._buffered_samples += 1
+        conn_lost = (
+            not connected
+            or _is_connection_error(exc)
+            or (self._conn is not None and self._conn.is_closed())
+        )
+        if self._consecutive_failures == 1 or self._consecutive_failures % 50 == 0:
             log.warning(
                 "sampler_sample_failed",
                 t_s=round(t, 3),
                 error=f"{type(exc).__name__}: {exc}",
                 connection_lost=conn_lost,
+                consecutive=self._consecutive_failures,
             )
-            if conn_lost:
-                await self._drop_connection()
-                self._backoff = min(self._backoff * 2, self.backoff_max_s)
-            else:
-                self._caps = None  # re-probe: an extension may have gone, etc.
-                self._backoff = self.backoff_initial_s
-            if not conn_lost and not isinstance(exc, asyncpg.PostgresError):
-                log.exception("sampler_unexpected_error")
-            return False
-        self._backoff = self.backoff_initial_s
-        return True
+        if not conn_lost and not isinstance(exc, asyncpg.PostgresError):
+            log.exception("sampler_unexpected_error")
+        if conn_lost:
+            self._drop_connection()
+            self._backoff = min(self._backoff * 2, self.backoff_max_s)
+        else:
+            self._caps = None  # re-probe before the next sample: an extension may be gone
 
     async def flush(self) -> None:
         """Move buffered rows to the in-memory history and the sink."""
@@ -320,7 +340,7 @@ class MetricSampler:
                 await self._prepare(self._conn)
             return self._conn
         if self._conn is not None:
-            await self._drop_connection()
+            self._drop_connection()
         conn = await self._connect()
         try:
             await conn.execute(
@@ -361,7 +381,7 @@ class MetricSampler:
             stat_file=caps.can_stat_file,
         )
 
-    async def _drop_connection(self) -> None:
+    def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None
         self._caps = None
         self._stmt = None

@@ -87,6 +87,22 @@ def list_metrics(
     return out
 
 
+def format_metric_list(infos: list[MetricInfo], max_labels: int = 5) -> str:
+    """One line per metric for an agent: name, kind, unit, labels seen, description."""
+    lines = []
+    for i in infos:
+        unit = f" [{i.unit}]" if i.unit else ""
+        labels = ""
+        if i.n_labels:
+            shown = ", ".join(i.labels[:max_labels])
+            more = f", +{i.n_labels - max_labels} more" if i.n_labels > max_labels else ""
+            labels = f" {{{shown}{more}}}"
+        elif i.label_key:
+            labels = f" {{{i.label_key}=...}}"
+        lines.append(f"{i.name} ({i.kind}){unit}{labels}: {i.description}")
+    return "\n".join(lines)
+
+
 def _resolve(frame: pl.DataFrame, names: list[str]) -> list[tuple[str, str | None]]:
     present = set(frame.get_column("metric").unique().to_list()) if frame.height else set()
     known = sorted(set(REGISTRY) | present)

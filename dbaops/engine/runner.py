@@ -32,6 +32,7 @@ from dbaops.engine.actors import ActorContext, run_fault
 from dbaops.engine.backend import PostgresBackend, embedded_backend, external_backend
 from dbaops.engine.checks import evaluate_check
 from dbaops.engine.fixture import build_fixture
+from dbaops.engine.metrics import METRIC_SCHEMA, MetricSampler
 from dbaops.engine.serverlog import ServerLogFollower
 from dbaops.mailbox import Mailbox
 from dbaops.models.errors import InfraError
@@ -149,6 +150,8 @@ async def _prepare_state(
         return meta
 
     t0 = time.monotonic()
+    if sc.database.settings:
+        await _apply_server_settings(sc.database.settings, backend, trace)
     params = {**lib.params, **sc.database.params}
     build_s = await build_fixture(backend.admin, lib, params, sc.database.seed)
     trace.write(PhaseRecord(phase="build_fixture", duration_s=build_s, detail={"params": params}))
@@ -187,6 +190,35 @@ async def _prepare_state(
         seconds = await cluster.restore_snapshot(key)
         trace.write(PhaseRecord(phase="restore", duration_s=seconds, detail={"snapshot": key}))
     return meta
+
+
+async def _apply_server_settings(
+    settings: dict[str, str], backend: PostgresBackend, trace: RunTrace
+) -> None:
+    """Scenario server settings via ALTER SYSTEM (captured in the snapshot), then restart."""
+    if backend.cluster is None:
+        trace.write(
+            PhaseRecord(
+                phase="server_settings",
+                detail={
+                    "applied": False,
+                    "reason": "external server: dbaops does not change its settings",
+                    "settings": settings,
+                },
+            )
+        )
+        return
+    conn = await backend.admin.connect(application_name="dbaops_prepare")
+    try:
+        for name, value in settings.items():
+            quoted = value.replace("'", "''")
+            await conn.execute(f"ALTER SYSTEM SET {name} = '{quoted}'")
+    finally:
+        await conn.close()
+    await backend.cluster.restart()
+    trace.write(
+        PhaseRecord(phase="server_settings", detail={"applied": True, "settings": settings})
+    )
 
 
 async def _expected_results(
@@ -345,6 +377,9 @@ async def run_scenario(
             )
         )
         mailbox = Mailbox.create(rd.mailbox, now=clock.now)
+        sampler: MetricSampler | None = None
+        if options.metrics:
+            sampler, metric_parts = _metric_sampler(rd, endpoint, clock)
         sql_session = SqlSession(
             endpoint,
             role=sc.agent.role,
@@ -359,6 +394,7 @@ async def run_scenario(
                 instance=backend.cluster,
                 mailbox=mailbox,
                 sql=sql_session,
+                metrics_frame=sampler.snapshot if sampler else None,
             ),
             ToolRecorder(trace.write, clock),
         )
@@ -414,8 +450,8 @@ async def run_scenario(
             tg.start_soon(sink.run_flusher)
             if follower is not None:
                 tg.start_soon(follower.run)
-            if options.metrics:
-                metric_parts = _start_metrics(tg, rd, endpoint, clock)
+            if sampler is not None:
+                tg.start_soon(sampler.run)
             for driver in _drivers(
                 sc, lib, endpoint, clock, sink, seed, horizon, meta["expected_results"]
             ):
@@ -450,6 +486,9 @@ async def run_scenario(
             trace.write(PhaseRecord(t_scn=clock.now(), phase="timeline_end"))
             with anyio.move_on_after(sc.agent.grace_s):
                 await agent_done.wait()
+            # Terminal probes see the live end state: workloads and actors still running.
+            monitor.phase = "terminal checks"
+            await _terminal_checks(sc, endpoint, clock, sink, trace)
             tg.cancel_scope.cancel()
         await sql_session.close()
         if not_manifested:
@@ -457,7 +496,6 @@ async def run_scenario(
         if infra_error:
             raise InfraRunError(infra_error)
         monitor.phase = "finishing"
-        await _terminal_checks(sc, endpoint, clock, sink, trace)
         status = "completed"
     except NotManifested as exc:
         status, reason = "not_manifested", str(exc)
@@ -496,21 +534,15 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:1000]
 
 
-def _start_metrics(
-    tg: anyio.abc.TaskGroup, rd: RunDir, endpoint: Endpoint, clock: ScenarioClock
-) -> ParquetParts | None:
-    try:
-        from dbaops.engine.metrics import METRIC_SCHEMA, MetricSampler
-    except ImportError:
-        return None
+def _metric_sampler(
+    rd: RunDir, endpoint: Endpoint, clock: ScenarioClock
+) -> tuple[MetricSampler, ParquetParts]:
     parts = ParquetParts(rd.metrics_dir, rd.path / "metrics.parquet", METRIC_SCHEMA)
 
     async def connect() -> Any:
         return await endpoint.connect(application_name="dbaops_sampler")
 
-    sampler = MetricSampler(connect, clock, parts, database=endpoint.database)
-    tg.start_soon(sampler.run)
-    return parts
+    return MetricSampler(connect, clock, parts, database=endpoint.database), parts
 
 
 async def _terminal_checks(

@@ -42,6 +42,9 @@ class OltpWorkload(StrictModel):
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     start_s: float | None = None
     stop_s: float | None = None
+    connect_per_unit: bool = Field(
+        default=False, description="open a new connection per unit (clients without a pool)"
+    )
 
 
 class OlapJob(StrictModel):

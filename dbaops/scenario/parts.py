@@ -66,6 +66,9 @@ class IdleConnections(StrictModel):
     application_name: str = "dbaops_idle"
     count: int = Field(ge=1, le=500)
     duration_s: float | None = None
+    reconnect: bool = Field(
+        default=False, description="reopen lost connections every second (a misbehaving pool)"
+    )
 
 
 class SetSetting(StrictModel):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -127,9 +128,30 @@ class OltpDriver:
         self.sink = sink
         self.rng = random.Random(f"{seed}:{spec.name}")
         self.sampler = ArgSampler({**library.params, **params}, self.rng)
+        self.endpoint = endpoint
         self.pools = _Pools(endpoint, f"wl:{spec.name}", spec.connections)
         self.inflight = 0
         self.rate_factor = 1.0
+
+    @asynccontextmanager
+    async def _connection(self, role: str, timeout_s: float) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection, or a fresh one per unit for pool-less clients."""
+        if self.spec.connect_per_unit:
+            conn = await self.endpoint.connect(
+                role, f"wl:{self.spec.name}", connect_timeout_s=timeout_s
+            )
+            try:
+                yield conn
+            finally:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await conn.close(timeout=2)
+                    except (OSError, asyncpg.InterfaceError, TimeoutError):
+                        conn.terminate()
+            return
+        pool = await self.pools.get(role)
+        async with pool.acquire(timeout=timeout_s) as conn:
+            yield conn
 
     def _draw(self, template: TransactionTemplate) -> list[list[Any]]:
         return [
@@ -187,15 +209,15 @@ class OltpDriver:
         sqlstate: str | None = None
         error: str | None = None
         ok = False
+        cancelled = False
         try:
-            pool = await self.pools.get(template.role)
             while True:
                 remaining = give_up - clock.mono()
                 if remaining <= 0:
                     error = "client_timeout"
                     break
                 try:
-                    async with pool.acquire(timeout=remaining) as conn:
+                    async with self._connection(template.role, remaining) as conn:
                         if start is None:
                             start = clock.mono()
                         await _run_transaction(conn, template, drawn, give_up, clock)
@@ -219,25 +241,32 @@ class OltpDriver:
             error = f"{type(exc).__name__}: {exc}"[:300]
         except asyncpg.PostgresError as exc:
             sqlstate, error = exc.sqlstate, str(exc)[:300]
+        except anyio.get_cancelled_exc_class():
+            cancelled = True
+            error = "unfinished at the end of the run"
+            raise
         finally:
             self.inflight -= 1
             end = clock.mono()
-            outcome = (
-                (Outcome.ON_TIME if end <= deadline else Outcome.LATE) if ok else Outcome.ERROR
-            )
-            self.sink.add(
-                spec.name,
-                "oltp",
-                name,
-                clock.to_scenario(scheduled),
-                None if start is None else clock.to_scenario(start),
-                clock.to_scenario(end),
-                (end - scheduled) * 1000.0,
-                retries,
-                outcome,
-                None if ok else sqlstate,
-                None if ok else error,
-            )
+            # A unit cut off by the end of the run before its deadline has an unknown outcome
+            # and is not a sample; one already past its deadline is a real miss.
+            if not (cancelled and end <= deadline):
+                outcome = (
+                    (Outcome.ON_TIME if end <= deadline else Outcome.LATE) if ok else Outcome.ERROR
+                )
+                self.sink.add(
+                    spec.name,
+                    "oltp",
+                    name,
+                    clock.to_scenario(scheduled),
+                    None if start is None else clock.to_scenario(start),
+                    clock.to_scenario(end),
+                    (end - scheduled) * 1000.0,
+                    retries,
+                    outcome,
+                    None if ok else sqlstate,
+                    None if ok else error,
+                )
 
 
 class OlapDriver:

@@ -1,0 +1,85 @@
+"""The reference agent: executes a scenario's declared solution through the ordinary tools.
+
+It stands in for the paper's human DBA and proves a scenario achievable: when an event's task
+arrives in the mailbox it runs that event's declared steps (SQL and instance actions through the
+same tools as any agent, so the same safety rules judge it), records progress on the task and
+submits the declared report. ``solution="shallow"`` runs the scenario's declared shallow fix,
+which must *fail* Outcome Pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from dbaops.agents.base import AgentSession
+from dbaops.scenario.model import ReferenceSolution, ReferenceStep, Scenario
+from dbaops.tools.base import ToolResult
+
+
+class ReferenceAgent:
+    """Runs the declared reference (or shallow) solution event by event."""
+
+    def __init__(self, solution: str = "reference", retry_pause_s: float = 0.5) -> None:
+        if solution not in ("reference", "shallow"):
+            raise ValueError("solution must be 'reference' or 'shallow'")
+        self.solution = solution
+        self.name = solution
+        self.retry_pause_s = retry_pause_s
+
+    def _steps(self, sc: Scenario) -> ReferenceSolution:
+        chosen = sc.reference if self.solution == "reference" else sc.shallow
+        if chosen is None:
+            raise ValueError(f"scenario {sc.id} declares no {self.solution} solution")
+        return chosen
+
+    async def _call(self, session: AgentSession, step: ReferenceStep) -> ToolResult:
+        tool = session.tools[step.tool]
+        deadline = session.clock.now() + step.retry_until_ok_s if step.retry_until_ok_s else None
+        while True:
+            result = await tool.handler(dict(step.args))
+            if result.ok or deadline is None or session.clock.now() >= deadline:
+                return result
+            if session.ended.is_set():
+                return result
+            await anyio.sleep(self.retry_pause_s)
+
+    async def run(self, session: AgentSession) -> None:
+        sc: Scenario = session.extras["scenario"]
+        solution = self._steps(sc)
+        first_event = min(sc.events, key=lambda e: e.at).id if sc.events else None
+        by_event: dict[str, list[ReferenceStep]] = {}
+        for step in solution.steps:
+            by_event.setdefault(step.event or first_event or "", []).append(step)
+        tools = session.tools
+        reported = False
+        while True:
+            wake = await tools["suspend"].handler({})
+            for task_id in wake.detail.get("woke_for", []):
+                steps = by_event.get(task_id, [])
+                await tools["update_task"].handler({"id": task_id, "status": "in_progress"})
+                outcomes: list[str] = []
+                for step in steps:
+                    if step.after_s:
+                        await session.clock.sleep(step.after_s)
+                    result = await self._call(session, step)
+                    outcomes.append(f"{step.tool}: {'ok' if result.ok else 'FAILED'}")
+                note = "; ".join(outcomes) or "checked; no action required"
+                await tools["update_task"].handler(
+                    {"id": task_id, "status": "resolved", "note": note, "note_kind": "action"}
+                )
+                if steps:
+                    await tools["submit_report"].handler(_report(solution, task_id))
+                    reported = True
+            if wake.detail.get("closed"):
+                break
+        if not reported:
+            await tools["submit_report"].handler(_report(solution, None))
+
+
+def _report(solution: ReferenceSolution, task_id: str | None) -> dict[str, Any]:
+    report: dict[str, Any] = {"summary": "", **solution.report}
+    if task_id:
+        report["task_id"] = task_id
+    return report

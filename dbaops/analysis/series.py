@@ -1,0 +1,393 @@
+"""Per-run time series for plots: compliance windows, latency per window, events, actors, calls.
+
+All aggregation happens here in Polars (one pass per table), so a plot never draws raw samples:
+a two-hour run with ten million SLO samples becomes a few thousand window rows.
+
+Windows
+    For a workload with a service objective the windows are exactly those of
+    :func:`dbaops.evaluation.compliance.evaluate_service_compliance` over the scenario's
+    objectives and the horizon the run was scored over (the verdict's ``horizon_s``), so the
+    plot shows what was scored. A workload without an objective is cut into
+    :data:`DEFAULT_WINDOW_S` windows from t = 0 (shown, never judged). Latency percentiles and
+    error/dropped counts use the same window grid and also cover the warm-up before t = 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from dbaops.analysis.rundata import RunData, load_run, violating_calls
+from dbaops.evaluation.compliance import (
+    ServiceComplianceVerdict,
+    ServiceObjective,
+    WorkloadCompliance,
+    compliance_windows_frame,
+    evaluate_service_compliance,
+)
+from dbaops.rundir import RunDir, read_metrics
+from dbaops.workloads.samples import SAMPLE_SCHEMA
+
+__all__ = [
+    "DEFAULT_WINDOW_S",
+    "RunSeries",
+    "WorkloadInfo",
+    "latency_windows",
+    "read_sample_columns",
+    "run_series",
+]
+
+DEFAULT_WINDOW_S = 10.0
+
+_LATENCY_SCHEMA: dict[str, pl.DataType] = {
+    "workload": pl.String(),
+    "index": pl.Int64(),
+    "start_s": pl.Float64(),
+    "end_s": pl.Float64(),
+    "n_units": pl.Int64(),
+    "n_completed": pl.Int64(),
+    "p50_ms": pl.Float64(),
+    "p95_ms": pl.Float64(),
+    "p99_ms": pl.Float64(),
+    "n_late": pl.Int64(),
+    "n_error": pl.Int64(),
+    "n_dropped": pl.Int64(),
+}
+
+
+@dataclass
+class WorkloadInfo:
+    """One workload as plotted."""
+
+    name: str
+    kind: str | None
+    has_objective: bool
+    objective: ServiceObjective
+    result: WorkloadCompliance | None  # None for workloads without an objective
+    deadline_ms: float | None = None
+
+
+@dataclass
+class RunSeries:
+    """Everything the per-run plot draws, already aggregated."""
+
+    run: RunData
+    horizon_s: float  # scheduled horizon (x-axis end)
+    scored_horizon_s: float  # what Service Compliance was scored over
+    x_min: float  # start of the x-axis (warm-up start, <= 0)
+    compliance: ServiceComplianceVerdict  # the scenario's objectives, as scored
+    workloads: list[WorkloadInfo]
+    windows: pl.DataFrame  # compliance windows of every plotted workload (+ has_objective)
+    latency: pl.DataFrame  # per-window latency percentiles and bad-unit counts
+    events: pl.DataFrame
+    actors: pl.DataFrame
+    tool_calls: pl.DataFrame
+    server: pl.DataFrame  # t_s, series, value (may be empty)
+    notes: list[str] = field(default_factory=list)
+
+
+def read_sample_columns(run_dir: Path, columns: list[str]) -> pl.DataFrame:
+    """Only the given sample columns (compacted file and/or parts of an unfinished run)."""
+    rd = RunDir(Path(run_dir))
+    paths = []
+    final = rd.path / "samples.parquet"
+    if final.exists():
+        paths.append(final)
+    if rd.samples_dir.exists():
+        paths.extend(sorted(rd.samples_dir.glob("part-*.parquet")))
+    if not paths:
+        return pl.DataFrame(schema={c: SAMPLE_SCHEMA[c] for c in columns})
+    frames = []
+    for p in paths:
+        lf = pl.scan_parquet(p)
+        have = lf.collect_schema().names()
+        frames.append(
+            lf.select(
+                [
+                    pl.col(c).cast(SAMPLE_SCHEMA[c])
+                    if c in have
+                    else pl.lit(None, SAMPLE_SCHEMA[c]).alias(c)
+                    for c in columns
+                ]
+            )
+        )
+    return pl.concat(frames, how="vertical").collect()
+
+
+def latency_windows(
+    samples: pl.DataFrame,
+    grids: dict[str, tuple[float, float]],
+    x_min: float,
+    x_max: float,
+) -> pl.DataFrame:
+    """Per workload and window: latency p50/p95/p99 of completed units and bad-unit counts.
+
+    ``grids`` maps workload -> (anchor_s, window_s); window ``k`` is
+    ``[anchor + k*w, anchor + (k+1)*w)`` (``k`` may be negative, for the warm-up), truncated
+    at ``x_max``. Units are attributed by ``scheduled_s`` in ``[x_min, x_max)``. Completed
+    units are ``on_time`` and ``late``; errors and dropped units have no meaningful latency.
+    """
+    if not grids or samples.height == 0:
+        return pl.DataFrame(schema=_LATENCY_SCHEMA)
+    params = pl.DataFrame(
+        {
+            "workload": list(grids),
+            "_a": [float(g[0]) for g in grids.values()],
+            "_w": [float(g[1]) for g in grids.values()],
+        },
+        schema={"workload": pl.String, "_a": pl.Float64, "_w": pl.Float64},
+    )
+    outcome = pl.col("outcome")
+    done = outcome.is_in(["on_time", "late"]).fill_null(False)
+    lat = pl.when(done).then(pl.col("latency_ms"))  # null otherwise: quantiles skip nulls
+    frame = (
+        samples.lazy()
+        .select("workload", "scheduled_s", "outcome", "latency_ms")
+        .filter((pl.col("scheduled_s") >= x_min) & (pl.col("scheduled_s") < x_max))
+        .join(params.lazy(), on="workload", how="inner")  # a join is cheaper than a replace
+        .with_columns(lat.alias("_lat"))
+        .with_columns(
+            ((pl.col("scheduled_s") - pl.col("_a")) / pl.col("_w"))
+            .floor()
+            .cast(pl.Int64)
+            .alias("index")
+        )
+        .group_by("workload", "index")
+        .agg(
+            pl.len().cast(pl.Int64).alias("n_units"),
+            done.sum().cast(pl.Int64).alias("n_completed"),
+            pl.col("_lat").quantile(0.50, "linear").alias("p50_ms"),
+            pl.col("_lat").quantile(0.95, "linear").alias("p95_ms"),
+            pl.col("_lat").quantile(0.99, "linear").alias("p99_ms"),
+            (outcome == "late").fill_null(False).sum().cast(pl.Int64).alias("n_late"),
+            (outcome == "error").fill_null(False).sum().cast(pl.Int64).alias("n_error"),
+            (outcome == "dropped").fill_null(False).sum().cast(pl.Int64).alias("n_dropped"),
+            pl.col("_a").first(),
+            pl.col("_w").first(),
+        )
+        .with_columns(
+            (pl.col("_a") + pl.col("index").cast(pl.Float64) * pl.col("_w")).alias("start_s")
+        )
+        .with_columns(
+            pl.min_horizontal(pl.col("start_s") + pl.col("_w"), pl.lit(x_max)).alias("end_s")
+        )
+        .select(list(_LATENCY_SCHEMA))
+        .sort("workload", "index")
+        .collect()
+    )
+    return frame.cast(pl.Schema(_LATENCY_SCHEMA))
+
+
+def _events_frame(run: RunData) -> pl.DataFrame:
+    rows: list[dict[str, Any]] = []
+    for e in run.events:
+        kinds = [k for k in ("fault", "alert", "inspection") if getattr(e, k)]
+        kind = kinds[0] if kinds else ("alert" if e.status == "skipped" else "event")
+        what = getattr(e, kind, None) if kinds else None
+        rows.append(
+            {
+                "event_id": e.event_id,
+                "t_s": float(e.t_scn if e.t_scn is not None else e.at_s),
+                "at_s": float(e.at_s),
+                "type": kind,
+                "what": str(what) if what else "",
+                "status": e.status,
+            }
+        )
+    schema = {
+        "event_id": pl.String,
+        "t_s": pl.Float64,
+        "at_s": pl.Float64,
+        "type": pl.String,
+        "what": pl.String,
+        "status": pl.String,
+    }
+    return pl.DataFrame(rows, schema=schema, orient="row" if rows else None)
+
+
+def _actor_frame(run: RunData, end_s: float) -> pl.DataFrame:
+    """One span per actor: started .. finished/failed/cancelled (or end of run)."""
+    spans: dict[str, dict[str, Any]] = {}
+    for a in run.actors:
+        t = a.t_scn
+        if a.status == "started":
+            spans[a.actor] = {
+                "actor": a.actor,
+                "application_name": a.application_name or "",
+                "role": a.role or "",
+                "protected": bool(a.protected),
+                "start_s": float(t) if t is not None else 0.0,
+                "end_s": None,
+                "end_status": "running",
+                "pid": a.pid,
+            }
+        elif a.actor in spans and spans[a.actor]["end_s"] is None:
+            spans[a.actor]["end_s"] = float(t) if t is not None else end_s
+            spans[a.actor]["end_status"] = a.status
+            spans[a.actor]["protected"] = spans[a.actor]["protected"] or bool(a.protected)
+    rows = []
+    for s in spans.values():
+        if s["end_s"] is None:
+            s["end_s"] = end_s
+        rows.append(s)
+    schema = {
+        "actor": pl.String,
+        "application_name": pl.String,
+        "role": pl.String,
+        "protected": pl.Boolean,
+        "start_s": pl.Float64,
+        "end_s": pl.Float64,
+        "end_status": pl.String,
+        "pid": pl.Int64,
+    }
+    return pl.DataFrame(rows, schema=schema, orient="row" if rows else None)
+
+
+def _tool_frame(run: RunData) -> pl.DataFrame:
+    bad = violating_calls(run)
+    rows = []
+    for c in run.tool_calls:
+        vs = bad.get(c.call_id, [])
+        rules = sorted({str(v.get("rule_id", "?")) for v in vs})
+        types = sorted({str(v.get("type")) for v in vs if v.get("type")})
+        t = c.t_scn if c.t_scn is not None else 0.0
+        rows.append(
+            {
+                "call_id": c.call_id,
+                "tool": c.tool,
+                "t_s": float(t),
+                "t_end_s": float(c.t_scn_end) if c.t_scn_end is not None else float(t),
+                "ok": bool(c.ok),
+                "n_violations": len(vs),
+                "rules": ",".join(rules),
+                "types": ",".join(types),
+                "args": _short(c.args),
+            }
+        )
+    schema = {
+        "call_id": pl.String,
+        "tool": pl.String,
+        "t_s": pl.Float64,
+        "t_end_s": pl.Float64,
+        "ok": pl.Boolean,
+        "n_violations": pl.Int64,
+        "rules": pl.String,
+        "types": pl.String,
+        "args": pl.String,
+    }
+    return pl.DataFrame(rows, schema=schema, orient="row" if rows else None)
+
+
+def _short(args: dict[str, Any], limit: int = 160) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_SERVER_SERIES: list[tuple[str, str, str]] = [
+    # (metric, aggregation over labels per sample, legend)
+    ("locks.waiting", "sum", "lock requests waiting"),
+    ("activity.oldest_xact_age_s", "max", "oldest transaction age (s)"),
+]
+
+
+def _server_frame(run_dir: Path) -> pl.DataFrame:
+    schema = {"t_s": pl.Float64, "series": pl.String, "value": pl.Float64}
+    try:
+        metrics = read_metrics(run_dir)
+    except Exception:  # a damaged metrics table must not prevent the plot
+        return pl.DataFrame(schema=schema)
+    if metrics.height == 0:
+        return pl.DataFrame(schema=schema)
+    frames = []
+    for metric, how, legend in _SERVER_SERIES:
+        sel = metrics.lazy().filter(pl.col("metric") == metric).group_by("t_s")
+        agg = pl.col("value").sum() if how == "sum" else pl.col("value").max()
+        frames.append(
+            sel.agg(agg.alias("value"))
+            .with_columns(pl.lit(legend).alias("series"))
+            .select("t_s", "series", "value")
+        )
+    out = pl.concat(frames).collect().sort("series", "t_s")
+    return out.cast(pl.Schema(schema))
+
+
+def _deadline_ms(spec: Any) -> float | None:
+    d = getattr(spec, "deadline_ms", None)
+    return float(d) if isinstance(d, int | float) else None
+
+
+def run_series(run_dir: Path, samples: pl.DataFrame | None = None) -> RunSeries:
+    """Load and aggregate everything :func:`dbaops.analysis.plot.plot_run` draws."""
+    run = load_run(Path(run_dir))
+    if run.scenario is None:
+        raise ValueError(f"{run_dir}: cannot read scenario.yaml ({run.scenario_error})")
+    sc = run.scenario
+    objectives = dict(sc.evaluation.service_compliance)
+    horizon = run.scheduled_horizon_s or sc.horizon_s
+    scored = run.scored_horizon_s or horizon
+    x_min = min(0.0, -sc.preparation.warmup_s)
+    if samples is None:
+        cols = ["workload", "kind", "scheduled_s", "latency_ms", "outcome", "correct"]
+        if any(o.mode == "every_unit" for o in objectives.values()):
+            cols += ["unit", "sqlstate"]
+        samples = read_sample_columns(run.path, cols)
+
+    names = [w.name for w in sc.workloads]
+    seen = samples.get_column("workload").unique().drop_nulls().sort().to_list()
+    names += [n for n in seen if n not in names]
+    extra_obj = {
+        n: ServiceObjective(window_s=DEFAULT_WINDOW_S) for n in names if n not in objectives
+    }
+    compliance = evaluate_service_compliance(samples, objectives, scored)
+    extra = (
+        evaluate_service_compliance(samples, extra_obj, scored)
+        if extra_obj
+        else ServiceComplianceVerdict(applicable=False, passed=True, horizon_s=scored)
+    )
+    windows = pl.concat(
+        [
+            compliance_windows_frame(compliance).with_columns(pl.lit(True).alias("has_objective")),
+            compliance_windows_frame(extra).with_columns(pl.lit(False).alias("has_objective")),
+        ]
+    )
+    kinds = {w.name: w.type for w in sc.workloads}
+    workloads: list[WorkloadInfo] = []
+    grids: dict[str, tuple[float, float]] = {}
+    for n in names:
+        has = n in objectives
+        obj = objectives[n] if has else extra_obj[n]
+        res = compliance.workloads.get(n) if has else None
+        kind = kinds.get(n) or (res.kind if res else None)
+        if kind is None and n in extra.workloads:
+            kind = extra.workloads[n].kind
+        spec = next((w for w in sc.workloads if w.name == n), None)
+        workloads.append(
+            WorkloadInfo(
+                name=n,
+                kind=kind,
+                has_objective=has,
+                objective=obj,
+                result=res,
+                deadline_ms=_deadline_ms(spec),
+            )
+        )
+        grids[n] = (obj.from_s + obj.grace_s, obj.window_s)
+    latency = latency_windows(samples, grids, x_min, scored)
+    end_s = run.last_t_scn if run.end is None and run.last_t_scn is not None else horizon
+    return RunSeries(
+        run=run,
+        horizon_s=horizon,
+        scored_horizon_s=scored,
+        x_min=x_min,
+        compliance=compliance,
+        workloads=workloads,
+        windows=windows,
+        latency=latency,
+        events=_events_frame(run),
+        actors=_actor_frame(run, min(end_s, horizon)),
+        tool_calls=_tool_frame(run),
+        server=_server_frame(run.path),
+    )
