@@ -59,6 +59,10 @@ def _run(
     time_scale: float,
     runs_dir: Path,
     fresh: bool,
+    model: str | None,
+    models: Path | None,
+    turn_budget: int,
+    replay_model: Path | None,
     dsn: str | None,
     seed: int | None,
     horizon: float | None,
@@ -78,7 +82,20 @@ def _run(
     if sc.mode != mode:
         console.print(f"[red]error:[/red] {sc.id} is a {sc.mode} scenario: use `dbaops {sc.mode}`")
         raise typer.Exit(2)
+    if model:
+        from dbaops.models import ModelConfigError, UnknownModelError, load_registry
+
+        try:
+            spec = load_registry(models).get(model)
+            spec.resolve_api_key()
+        except (UnknownModelError, ModelConfigError) as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from None
     options = RunOptions(
+        model=model,
+        models_file=models,
+        turn_budget=turn_budget,
+        replay_model=replay_model,
         time_scale=time_scale,
         agent=agent,
         runs_dir=runs_dir,
@@ -147,6 +164,21 @@ def _print_verdict(run_dir: Path) -> None:
                 console.print(f"  --- {m}: not evaluated")
     outcome = {True: "[green]PASS[/green]", False: "[red]FAIL[/red]", None: "n/a (invalid run)"}
     console.print(f"Outcome Pass: {outcome[v.outcome_pass]}")
+    safety = v.safety
+    console.print(
+        f"Safety: {'no violation' if safety.safe else f'score {safety.score:g}'}"
+        f"  Safe Pass: {outcome[v.safe_pass]}"
+    )
+    for viol in safety.violations:
+        console.print(f"  {viol.type} {viol.rule_id} call {viol.call_id}: {viol.reason}")
+    if v.diagnosis is not None:
+        console.print(f"Diagnosis Pass: {outcome[v.diagnosis.passed]} ({v.diagnosis.reason})")
+    if v.cost.calls:
+        cost = "n/a" if v.cost.cost_usd is None else f"${v.cost.cost_usd:.4f}"
+        console.print(
+            f"Cost: {v.cost.calls} model calls, {v.cost.input_tokens} in "
+            f"({v.cost.cached_input_tokens} cached), {v.cost.output_tokens} out, {cost}"
+        )
 
 
 ScenarioArg = Annotated[str, typer.Argument(help="scenario id (see `dbaops list`) or a YAML path")]
@@ -163,52 +195,119 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", help="no live view")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v")]
 
 
-@app.command()
-def persistent(
-    scenario: ScenarioArg,
-    agent: AgentOpt = "noop",
-    time_scale: ScaleOpt = 1.0,
-    runs_dir: RunsOpt = Path("runs"),
-    fresh: FreshOpt = False,
-    dsn: DsnOpt = None,
-    seed: SeedOpt = None,
-    horizon: HorizonOpt = None,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Run a persistent scenario (one agent session over a timed event program)."""
-    _run(
-        scenario,
-        "persistent",
-        agent,
-        time_scale,
-        runs_dir,
-        fresh,
-        dsn,
-        seed,
-        horizon,
-        quiet,
-        verbose,
-    )
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", help="run the ReAct agent on a registered model")
+]
+ModelsOpt = Annotated[Path | None, typer.Option("--models", help="model registry TOML file")]
+BudgetOpt = Annotated[int, typer.Option("--turn-budget", help="model turns before the report")]
+ReplayOpt = Annotated[
+    Path | None,
+    typer.Option("--replay-model", help="replay the model responses recorded in this run dir"),
+]
+
+
+def _scenario_command(mode: str):  # type: ignore[no-untyped-def]
+    def command(
+        scenario: ScenarioArg,
+        agent: AgentOpt = "noop",
+        model: ModelOpt = None,
+        models: ModelsOpt = None,
+        turn_budget: BudgetOpt = 50,
+        replay_model: ReplayOpt = None,
+        time_scale: ScaleOpt = 1.0,
+        runs_dir: RunsOpt = Path("runs"),
+        fresh: FreshOpt = False,
+        dsn: DsnOpt = None,
+        seed: SeedOpt = None,
+        horizon: HorizonOpt = None,
+        quiet: QuietOpt = False,
+        verbose: VerboseOpt = False,
+    ) -> None:
+        _run(
+            scenario,
+            mode,
+            agent,
+            time_scale,
+            runs_dir,
+            fresh,
+            model,
+            models,
+            turn_budget,
+            replay_model,
+            dsn,
+            seed,
+            horizon,
+            quiet,
+            verbose,
+        )
+
+    return command
+
+
+app.command(
+    "persistent", help="Run a persistent scenario (one agent session over a timed event program)."
+)(_scenario_command("persistent"))
+app.command("bounded", help="Run a bounded scenario (one task from a restored dirty snapshot).")(
+    _scenario_command("bounded")
+)
 
 
 @app.command()
-def bounded(
-    scenario: ScenarioArg,
-    agent: AgentOpt = "noop",
-    time_scale: ScaleOpt = 1.0,
-    runs_dir: RunsOpt = Path("runs"),
-    fresh: FreshOpt = False,
-    dsn: DsnOpt = None,
-    seed: SeedOpt = None,
-    horizon: HorizonOpt = None,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = False,
+def plot(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="output dir (default: the run dir)")
+    ] = None,
 ) -> None:
-    """Run a bounded scenario (one task from a restored dirty snapshot)."""
-    _run(
-        scenario, "bounded", agent, time_scale, runs_dir, fresh, dsn, seed, horizon, quiet, verbose
-    )
+    """Time-series compliance plot of one run (PNG and a self-contained HTML page)."""
+    from dbaops.analysis.plot import plot_run
+
+    for path in plot_run(run_dir, out or run_dir):
+        console.print(f"wrote {path}")
+
+
+@app.command()
+def report(
+    runs_dir: Annotated[Path, typer.Argument(help="directory holding run directories")],
+    out: Annotated[Path, typer.Option("--out")] = Path("report"),
+    html: Annotated[bool, typer.Option("--html")] = False,
+) -> None:
+    """Paper-style tables and figures over many runs (pass rates, pass^k, survival, cost)."""
+    from dbaops.analysis.report import build_report
+
+    result = build_report(runs_dir, out, html=html)
+    console.print(f"{result.n_runs} runs, {result.n_valid} valid")
+    for path in result.files:
+        console.print(f"wrote {path}")
+
+
+@app.command()
+def judge(
+    run_dirs: Annotated[list[Path], typer.Argument(help="run directories of bounded runs")],
+    models: ModelsOpt = None,
+    judge_model: Annotated[
+        str | None, typer.Option("--judge", help="registry name (default: the judge role)")
+    ] = None,
+) -> None:
+    """Judge the diagnosis in the agents' reports (cached per report, condition and judge)."""
+    from dbaops.evaluation.diagnosis import DiagnosisSpec, judge_diagnosis
+    from dbaops.evaluation.score import JUDGMENTS_FILE, load_run_scenario, score_run, write_verdict
+    from dbaops.models import ModelClient, load_registry
+
+    registry = load_registry(models)
+    spec = registry.get(judge_model) if judge_model else registry.role("judge")
+
+    async def main() -> None:
+        async with ModelClient(spec) as client:
+            for rd in run_dirs:
+                sc = load_run_scenario(rd)
+                dspec = DiagnosisSpec.from_evaluation(sc.evaluation.diagnosis)
+                reports = score_run(rd).reports
+                verdict = await judge_diagnosis(dspec, reports, client, rd / JUDGMENTS_FILE)
+                write_verdict(rd, score_run(rd))
+                console.print(f"{rd}: Diagnosis Pass = {verdict.passed} ({verdict.reason})")
+
+    anyio.run(main)
 
 
 @app.command()

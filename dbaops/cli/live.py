@@ -53,4 +53,16 @@ def render(monitor: RunMonitor) -> Group:
             Text(str(c.passed), style="green" if c.passed else "red"),
             str(c.observed)[:60],
         )
-    return Group(head, wl, ev, checks)
+    parts: list[object] = [head]
+    agent = monitor.agent
+    if agent is not None and hasattr(agent, "progress"):
+        p = agent.progress()
+        cost = p.get("cost_usd")
+        parts.append(
+            Text(
+                f"agent {agent.name}: turn {p.get('turns')}/{p.get('turn_budget')}, "
+                f"tokens in {p.get('input_tokens')} (cached {p.get('cached_input_tokens')}) "
+                f"out {p.get('output_tokens')}, cost {'n/a' if cost is None else f'${cost:.4f}'}"
+            )
+        )
+    return Group(*parts, wl, ev, checks)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import structlog
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 import dbaops
 from dbaops.agents.base import Agent, AgentSession, load_agent
@@ -77,7 +77,12 @@ class RunOptions(BaseModel):
     pg_bindir: Path | None = None
     horizon_s: float | None = None
     metrics: bool = True
-    agent_grace_s: float = 5.0
+    model: str | None = Field(default=None, description="run the ReAct agent on this model")
+    models_file: Path | None = None
+    turn_budget: int = 50
+    replay_model: Path | None = Field(
+        default=None, description="feed the model responses recorded in this run directory"
+    )
 
 
 class RunResult(BaseModel):
@@ -101,6 +106,7 @@ class RunMonitor:
     checks: list[CheckRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     session: AgentSession | None = None
+    agent: Any = None
 
 
 class RunTrace:
@@ -333,12 +339,20 @@ async def run_scenario(
     """Run one scenario end to end and score it; always leaves a readable run directory."""
     sc, lib, path = load_scenario(ref)
     monitor = monitor or RunMonitor()
-    agent = agent or load_agent(options.agent)
     horizon = options.horizon_s or sc.horizon_s
     seed = options.seed if options.seed is not None else sc.database.seed
-    rd = new_run_dir(options.runs_dir, sc.id, agent.name)
+    if agent is None and not options.model:
+        agent = load_agent(options.agent)
+    if agent is None and options.model:
+        from dbaops.models import load_registry
+
+        load_registry(options.models_file).get(options.model)  # unknown name: fail before any I/O
+    rd = new_run_dir(options.runs_dir, sc.id, agent.name if agent else f"react-{options.model}")
     shutil.copyfile(path, rd.scenario)
     trace = RunTrace(TraceWriter(rd.trace), monitor)
+    if agent is None:
+        agent = _model_agent(options, rd, trace)
+    monitor.agent = agent
     monitor.scenario, monitor.run_dir, monitor.horizon_s = sc, rd.path, horizon
     clock = ScenarioClock(options.time_scale)
     parts = ParquetParts(rd.samples_dir, rd.path / "samples.parquet", SAMPLE_SCHEMA)
@@ -526,6 +540,28 @@ async def run_scenario(
             )
             monitor.phase = status
     return RunResult(run_dir=rd.path, status=status, reason=reason, verdict=verdict)
+
+
+def _model_agent(options: RunOptions, rd: RunDir, trace: RunTrace) -> Agent:
+    """The ReAct agent on a registered model (or replaying a recorded run's responses)."""
+    from dbaops.agents.react import ReactAgent
+    from dbaops.models import load_registry
+
+    assert options.model is not None
+    spec = load_registry(options.models_file).get(options.model)
+    client = None
+    if options.replay_model is not None:
+        from dbaops.models.replay import ReplayModelClient
+
+        client = ReplayModelClient(options.replay_model, spec=spec, on_record=trace.write)
+    return ReactAgent(
+        spec,
+        registry_path=options.models_file,
+        turn_budget=options.turn_budget,
+        record=trace.write,
+        blob_dir=rd.path / "model_messages",
+        client=client,
+    )
 
 
 def _describe(exc: BaseException) -> str:

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from dbaops.evaluation.compliance import ServiceComplianceVerdict, evaluate_service_compliance
+from dbaops.evaluation.diagnosis import DiagnosisSpec, DiagnosisVerdict, verdict_from_store
 from dbaops.evaluation.safety import SafetyVerdict
 from dbaops.evaluation.safety_contract import judge_run_safety
 from dbaops.records import (
@@ -63,6 +64,9 @@ class RunVerdict(BaseModel):
         description="None when the run is not a valid, complete run (excluded from metrics)"
     )
     safety: SafetyVerdict
+    diagnosis: DiagnosisVerdict | None = Field(
+        default=None, description="bounded runs: from stored judge decisions (`dbaops judge`)"
+    )
     safe_pass: bool | None = Field(description="Outcome Pass and no safety violation")
     server_crashed: bool = False
     reports: list[dict[str, Any]] = Field(default_factory=list)
@@ -151,6 +155,38 @@ def load_run_scenario(run_dir: Path) -> Scenario:
     return Scenario.model_validate(data)
 
 
+JUDGMENTS_FILE = "judgments.jsonl"
+
+
+def stored_judge(run_dir: Path) -> str | None:
+    """The judge whose decisions are stored for this run (the last one written)."""
+    path = run_dir / JUDGMENTS_FILE
+    if not path.exists():
+        return None
+    judge = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        name, model = data.get("judge_model"), data.get("judge_model_id")
+        if name:
+            judge = f"{name}:{model}" if model else str(name)
+    return judge
+
+
+def _diagnosis(
+    sc: Scenario, reports: list[dict[str, Any]], run_dir: Path
+) -> DiagnosisVerdict | None:
+    spec = DiagnosisSpec.from_evaluation(sc.evaluation.diagnosis)
+    if sc.mode != "bounded" or not (spec.required or spec.contradictory):
+        return None  # persistent reports are kept for trace analysis, not scored (paper §3.4)
+    judge = stored_judge(run_dir)
+    if judge is None:
+        return None
+    return verdict_from_store(spec, reports, run_dir / JUDGMENTS_FILE, judge)
+
+
 def score_run(run_dir: Path) -> RunVerdict:
     """Compute every verdict of a run from its directory."""
     sc = load_run_scenario(run_dir)
@@ -178,6 +214,7 @@ def score_run(run_dir: Path) -> RunVerdict:
     terminal = _checks(records, "terminal", [c.name for c in sc.evaluation.terminal])
     integrity = _checks(records, "integrity", [c.name for c in sc.evaluation.integrity])
     crashed, crash_reason = server_crashed(records, RunDir(run_dir).server_log)
+    reports = _reports(records)
     safety = judge_run_safety(sc.evaluation.safety, records)
     outcome: bool | None = None
     if complete and manifested:
@@ -206,7 +243,8 @@ def score_run(run_dir: Path) -> RunVerdict:
         safety=safety,
         safe_pass=safe_pass,
         server_crashed=crashed,
-        reports=_reports(records),
+        reports=reports,
+        diagnosis=_diagnosis(sc, reports, run_dir),
         cost=_cost(records),
         tool_calls=sum(isinstance(r, ToolCallRecord) for r in records),
         notes=notes,
