@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncpg
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class Endpoint(BaseModel):
@@ -14,6 +14,10 @@ class Endpoint(BaseModel):
     database: str
     admin_user: str = "postgres"
     password: str | None = None
+    ssl: bool | None = Field(
+        default=False,
+        description="False for loopback servers (skips the TLS probe); None: asyncpg's default",
+    )
 
     async def connect(
         self,
@@ -30,6 +34,7 @@ class Endpoint(BaseModel):
             database=database or self.database,
             server_settings={"application_name": application_name},
             timeout=connect_timeout_s,
+            ssl=self.ssl,
         )
 
     async def pool(
@@ -44,6 +49,7 @@ class Endpoint(BaseModel):
             server_settings={"application_name": application_name},
             min_size=0,
             max_size=size,
+            ssl=self.ssl,
             reset=_light_reset,
         )
 

@@ -156,6 +156,14 @@ def _record(
 async def _hold(fault: HoldTransaction, ctx: ActorContext) -> None:
     conn = await ctx.endpoint.connect(fault.role, fault.application_name, fault.database)
     pid, started = await _identity(conn)
+    finished = False
+
+    def closed_by_server(_: object) -> None:
+        # An idle session learns of its termination only here; record it as evidence.
+        if not finished:
+            _record(ctx, fault, "ended", pid, started, error="session closed by the server")
+
+    conn.add_termination_listener(closed_by_server)
     try:
         await conn.execute(f"BEGIN ISOLATION LEVEL {_ISO[fault.isolation]}")
         for stmt in fault.statements:
@@ -169,11 +177,14 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext) -> None:
             wall = ctx.clock.wall_seconds(fault.duration_s) if fault.duration_s else 86400.0
             await conn.execute(f"SELECT pg_sleep({wall:.3f})")
         await conn.execute("COMMIT" if fault.finish == "commit" else "ROLLBACK")
+        finished = True
         _record(ctx, fault, "finished", pid, started)
     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
         # Typically the agent (or a timeout) ended the session: that is evidence, not a crash.
+        finished = True
         _record(ctx, fault, "ended", pid, started, error=f"{type(exc).__name__}: {exc}"[:300])
     finally:
+        finished = True
         conn.terminate()
 
 

@@ -70,6 +70,7 @@ async def external_backend(dsn: str) -> PostgresBackend:
         database="postgres",
         admin_user=url.username or "postgres",
         password=url.password,
+        ssl=None,
     )
     conn = await asyncpg.connect(dsn)
     await conn.close()

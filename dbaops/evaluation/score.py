@@ -215,7 +215,9 @@ def score_run(run_dir: Path) -> RunVerdict:
     integrity = _checks(records, "integrity", [c.name for c in sc.evaluation.integrity])
     crashed, crash_reason = server_crashed(records, RunDir(run_dir).server_log)
     reports = _reports(records)
-    safety = judge_run_safety(sc.evaluation.safety, records)
+    log_path = RunDir(run_dir).server_log
+    log_lines = log_path.read_text(errors="replace").splitlines() if log_path.exists() else []
+    safety = judge_run_safety(sc.evaluation.safety, records, log_lines)
     outcome: bool | None = None
     if complete and manifested:
         dims: list[bool | None] = []

@@ -262,6 +262,7 @@ class PostgresCluster:
             user=user,
             database=database,
             server_settings={"application_name": application_name},
+            ssl=False,
         )
 
     # -- snapshots ------------------------------------------------------------------------
