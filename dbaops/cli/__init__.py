@@ -15,6 +15,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+#: Exit status of `dbaops persistent|bounded` by run status (scripts tell infra errors apart).
+EXIT_CODES = {"completed": 0, "failed": 1, "infra_error": 3, "not_manifested": 4}
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 console = Console()
 
@@ -135,7 +138,7 @@ def _run(
     if result.reason:
         console.print(f"reason: {result.reason}")
     _print_verdict(result.run_dir)
-    raise typer.Exit(0 if result.status == "completed" else 1)
+    raise typer.Exit(EXIT_CODES.get(result.status, 1))
 
 
 def _print_verdict(run_dir: Path) -> None:

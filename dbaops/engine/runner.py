@@ -80,6 +80,9 @@ class RunOptions(BaseModel):
     model: str | None = Field(default=None, description="run the ReAct agent on this model")
     models_file: Path | None = None
     turn_budget: int = 50
+    model_retry: Any = Field(
+        default=None, description="dbaops.models.RetryPolicy for model calls (default policy)"
+    )
     replay_model: Path | None = Field(
         default=None, description="feed the model responses recorded in this run directory"
     )
@@ -561,6 +564,7 @@ def _model_agent(options: RunOptions, rd: RunDir, trace: RunTrace) -> Agent:
         record=trace.write,
         blob_dir=rd.path / "model_messages",
         client=client,
+        retry=options.model_retry,
     )
 
 
