@@ -172,7 +172,8 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext) -> None:
         if fault.idle:
             if fault.duration_s is None:
                 await anyio.sleep_forever()
-            await ctx.clock.sleep(fault.duration_s)
+            else:
+                await ctx.clock.sleep(fault.duration_s)
         else:
             wall = ctx.clock.wall_seconds(fault.duration_s) if fault.duration_s else 86400.0
             await conn.execute(f"SELECT pg_sleep({wall:.3f})")
