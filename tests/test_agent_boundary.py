@@ -14,6 +14,7 @@ from dbaops.engine.validate import validate
 from dbaops.evaluation.score import score_run, server_crashed
 from dbaops.records import ToolCallRecord
 from dbaops.rundir import read_trace
+from dbaops.scenario.loader import timelines_dir
 
 pytestmark = pytest.mark.anyio
 FAST = 0.05  # wall seconds per scenario second
@@ -76,7 +77,7 @@ async def test_validate_noop_fails_reference_passes_shallow_fails(tmp_path: Path
 
 
 async def test_reference_that_skips_a_required_step_fails_outcome(tmp_path: Path) -> None:
-    data = yaml.safe_load((Path("timelines") / "pg-rg-01.yaml").read_text())
+    data = yaml.safe_load((timelines_dir() / "pg-rg-01.yaml").read_text())
     data["id"] = "t-rg-01-skip"
     data["reference"]["steps"] = data["reference"]["steps"][1:]  # no CONNECTION LIMIT
     path = tmp_path / "t-rg-01-skip.yaml"

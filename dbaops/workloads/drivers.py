@@ -109,7 +109,35 @@ async def _run_transaction(
         await body()
 
 
-class OltpDriver:
+class _TemplateDriver:
+    """Shared state of drivers that run transaction templates with seeded arguments."""
+
+    def __init__(
+        self,
+        spec: OltpWorkload | BackgroundWorkload,
+        library: WorkloadLibrary,
+        params: dict[str, int],
+        endpoint: Endpoint,
+        clock: ScenarioClock,
+        sink: SampleSink,
+        seed: int,
+    ) -> None:
+        self.library = library
+        self.endpoint = endpoint
+        self.clock = clock
+        self.sink = sink
+        self.rng = random.Random(f"{seed}:{spec.name}")
+        self.sampler = ArgSampler({**library.params, **params}, self.rng)
+
+    def _draw(self, template: TransactionTemplate) -> list[list[Any]]:
+        """Arguments for every statement; PreviousArg slots are filled at execution time."""
+        return [
+            [None if isinstance(a, PreviousArg) else self.sampler.draw(a, []) for a in st.args]
+            for st in template.statements
+        ]
+
+
+class OltpDriver(_TemplateDriver):
     """Open-loop transaction arrivals with deadlines, retries and an in-flight cap."""
 
     def __init__(
@@ -122,13 +150,8 @@ class OltpDriver:
         sink: SampleSink,
         seed: int,
     ) -> None:
+        super().__init__(spec, library, params, endpoint, clock, sink, seed)
         self.spec = spec
-        self.library = library
-        self.clock = clock
-        self.sink = sink
-        self.rng = random.Random(f"{seed}:{spec.name}")
-        self.sampler = ArgSampler({**library.params, **params}, self.rng)
-        self.endpoint = endpoint
         self.pools = _Pools(endpoint, f"wl:{spec.name}", spec.connections)
         self.inflight = 0
         self.rate_factor = 1.0
@@ -152,12 +175,6 @@ class OltpDriver:
         pool = await self.pools.get(role)
         async with pool.acquire(timeout=timeout_s) as conn:
             yield conn
-
-    def _draw(self, template: TransactionTemplate) -> list[list[Any]]:
-        return [
-            [None if isinstance(a, PreviousArg) else self.sampler.draw(a, []) for a in st.args]
-            for st in template.statements
-        ]
 
     async def run(self) -> None:
         spec = self.spec
@@ -363,7 +380,7 @@ class OlapDriver:
             )
 
 
-class BackgroundDriver:
+class BackgroundDriver(_TemplateDriver):
     """Closed-loop sessions running noise templates with a pause between units."""
 
     def __init__(
@@ -376,13 +393,8 @@ class BackgroundDriver:
         sink: SampleSink,
         seed: int,
     ) -> None:
+        super().__init__(spec, library, params, endpoint, clock, sink, seed)
         self.spec = spec
-        self.library = library
-        self.endpoint = endpoint
-        self.clock = clock
-        self.sink = sink
-        self.rng = random.Random(f"{seed}:{spec.name}")
-        self.sampler = ArgSampler({**library.params, **params}, self.rng)
 
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
@@ -397,13 +409,7 @@ class BackgroundDriver:
             while True:
                 name = _pick(self.rng, self.spec.mix)
                 template = self.library.transactions[name]
-                drawn = [
-                    [
-                        None if isinstance(a, PreviousArg) else self.sampler.draw(a, [])
-                        for a in st.args
-                    ]
-                    for st in template.statements
-                ]
+                drawn = self._draw(template)
                 t0 = clock.mono()
                 ok, sqlstate, error = False, None, None
                 try:
