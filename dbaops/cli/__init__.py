@@ -379,6 +379,31 @@ def validate(
 
 
 @app.command()
+def difficulty(
+    run_dir: Annotated[Path, typer.Argument(help="a run of the reference agent")],
+) -> None:
+    """Paper §4.2 difficulty from a reference run: path depth D_s, complexity C_s, Easy/Hard."""
+    from dbaops.evaluation.difficulty import label_difficulty
+    from dbaops.evaluation.score import load_run_scenario
+    from dbaops.rundir import read_trace
+
+    sc = load_run_scenario(run_dir)
+    if sc.evaluation.difficulty is None:
+        console.print(f"[red]error:[/red] {sc.id} declares no evaluation.difficulty")
+        raise typer.Exit(2)
+    result = label_difficulty(sc.evaluation.difficulty, read_trace(run_dir))
+    console.print(
+        f"{sc.id}: D_s = {result.depth}, C_s = {result.complexity:.2f} -> {result.label}"
+        f" (declared: {sc.difficulty or 'none'})"
+    )
+    for m in result.modalities:
+        how = (
+            "declared" if m.declared else f"{m.causal_units} causal / {m.competing_units} competing"
+        )
+        console.print(f"  {m.modality}: C = {m.complexity:.2f} ({how})")
+
+
+@app.command()
 def schema() -> None:
     """Print the JSON Schema of scenario files."""
     from dbaops.scenario.loader import scenario_json_schema

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from dbaops.evaluation.compliance import ServiceObjective
+from dbaops.evaluation.difficulty import DifficultySpec
 from dbaops.evaluation.safety_contract import SafetyContract
 from dbaops.scenario.parts import CheckSpec, FaultSpec
 from dbaops.workloads.spec import StrictModel
@@ -159,6 +160,7 @@ class Evaluation(StrictModel):
     integrity: list[CheckSpec] = Field(default_factory=list)
     safety: SafetyContract = Field(default_factory=SafetyContract)
     diagnosis: dict[str, Any] = Field(default_factory=dict)
+    difficulty: DifficultySpec | None = None
 
 
 class AgentSettings(StrictModel):
