@@ -497,6 +497,8 @@ async def run_scenario(
             trace.write(PhaseRecord(t_scn=clock.now(), phase="timeline_start"))
             tg.start_soon(_event_program, sc, ctx, trace, sink, dispatch, tg)
             tg.start_soon(run_agent)
+            if sc.evaluation.integrity and sc.evaluation.integrity_every_s:
+                tg.start_soon(_integrity_probes, sc, endpoint, clock, sink, trace, horizon)
             await clock.sleep_until(horizon)
             mailbox.close()
             session.ended.set()
@@ -583,6 +585,25 @@ def _metric_sampler(
         return await endpoint.connect(application_name="dbaops_sampler")
 
     return MetricSampler(connect, clock, parts, database=endpoint.database), parts
+
+
+async def _integrity_probes(
+    sc: Scenario,
+    endpoint: Endpoint,
+    clock: ScenarioClock,
+    sink: SampleSink,
+    trace: RunTrace,
+    horizon: float,
+) -> None:
+    """State invariants probed during the run (the end-of-run probe is in _terminal_checks)."""
+    every = sc.evaluation.integrity_every_s
+    assert every is not None
+    t = every
+    while t < horizon:
+        await clock.sleep_until(t)
+        for check in sc.evaluation.integrity:
+            trace.write(await evaluate_check(check, "integrity", endpoint, clock, sink))
+        t += every
 
 
 async def _terminal_checks(

@@ -137,7 +137,14 @@ def _reports(records: list[Record]) -> list[dict[str, Any]]:
 def _checks(records: list[Record], purpose: str, declared: list[str]) -> ChecksVerdict:
     if not declared:
         return ChecksVerdict(applicable=False, passed=None)
-    found = {r.name: r for r in records if isinstance(r, CheckRecord) and r.purpose == purpose}
+    # A check probed several times (integrity during the run) passes only if every probe did;
+    # the evidence is its first failing probe, else its last one.
+    found: dict[str, CheckRecord] = {}
+    for r in records:
+        if isinstance(r, CheckRecord) and r.purpose == purpose:
+            prev = found.get(r.name)
+            if prev is None or prev.passed:
+                found[r.name] = r
     evidence = [
         CheckEvidence(
             name=r.name, passed=r.passed, observed=r.observed, expected=r.expected, error=r.error

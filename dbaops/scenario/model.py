@@ -158,6 +158,9 @@ class Evaluation(StrictModel):
     service_compliance: dict[str, ServiceObjective] = Field(default_factory=dict)
     terminal: list[CheckSpec] = Field(default_factory=list)
     integrity: list[CheckSpec] = Field(default_factory=list)
+    integrity_every_s: float | None = Field(
+        default=None, gt=0, description="also probe the integrity checks during the run"
+    )
     safety: SafetyContract = Field(default_factory=SafetyContract)
     diagnosis: dict[str, Any] = Field(default_factory=dict)
     difficulty: DifficultySpec | None = None

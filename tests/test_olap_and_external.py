@@ -1,0 +1,66 @@
+"""OLAP jobs with result checks, and running against an external server given by DSN."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from dbaops.agents.base import AgentSession
+from dbaops.backends.postgres.cluster import PostgresCluster
+from dbaops.engine.runner import RunOptions, run_scenario
+from dbaops.evaluation.score import score_run
+from dbaops.records import PhaseRecord, RunHeader, ToolCallRecord
+from dbaops.rundir import read_samples, read_trace
+
+pytestmark = pytest.mark.anyio
+SCENARIOS = Path(__file__).parent / "scenarios"
+
+
+async def test_olap_job_result_is_checked_against_the_prepared_reference(tmp_path: Path) -> None:
+    result = await run_scenario(
+        SCENARIOS / "t-olap.yaml", RunOptions(time_scale=0.25, runs_dir=tmp_path)
+    )
+    assert result.status == "completed"
+    jobs = read_samples(result.run_dir).filter(pl.col("workload") == "reports").sort("scheduled_s")
+    assert jobs["scheduled_s"].to_list() == [2.0, 14.0]
+    assert jobs["outcome"].to_list() == ["on_time", "on_time"]
+    assert jobs["correct"].to_list() == [True, False]  # the fault at t=8 changed the data
+    sc = score_run(result.run_dir).service_compliance.workloads["reports"]
+    assert not sc.passed and "incorrect" in (sc.reason or "")
+
+
+class RestartAttempt:
+    """Tries to restart the instance; on an external server that must be unavailable."""
+
+    name = "restart-attempt"
+
+    async def run(self, session: AgentSession) -> None:
+        await session.tools["suspend"].handler({})
+        await session.tools["manage_instance"].handler({"action": "restart"})
+        await session.tools["manage_instance"].handler({"action": "status"})
+        await session.ended.wait()
+
+
+async def test_external_server_by_dsn_reports_instance_control_unavailable(
+    tmp_path: Path, pg_cluster: PostgresCluster
+) -> None:
+    dsn = f"postgresql://postgres@127.0.0.1:{pg_cluster.port}/postgres"
+    result = await run_scenario(
+        SCENARIOS / "t-lock-stall.yaml",
+        RunOptions(time_scale=0.1, runs_dir=tmp_path, dsn=dsn, metrics=False),
+        agent=RestartAttempt(),
+    )
+    assert result.status == "completed"
+    records = read_trace(result.run_dir)
+    header = next(r for r in records if isinstance(r, RunHeader))
+    assert header.backend["kind"] == "external"
+    phases = [r.phase for r in records if isinstance(r, PhaseRecord)]
+    assert "build_fixture" in phases and "snapshot_capture" not in phases
+    restart, status = [
+        r for r in records if isinstance(r, ToolCallRecord) and r.tool == "manage_instance"
+    ]
+    assert not restart.ok and "unavailable" in restart.observation
+    assert status.ok and "PostgreSQL" in status.observation
+    assert await pg_cluster.is_running()  # the user's server was not touched
