@@ -293,7 +293,7 @@ def judge(
     ] = None,
 ) -> None:
     """Judge the diagnosis in the agents' reports (cached per report, condition and judge)."""
-    from dbaops.evaluation.diagnosis import DiagnosisSpec, judge_diagnosis
+    from dbaops.evaluation.diagnosis import judge_diagnosis
     from dbaops.evaluation.score import JUDGMENTS_FILE, load_run_scenario, score_run, write_verdict
     from dbaops.models import ModelClient, load_registry
 
@@ -304,7 +304,7 @@ def judge(
         async with ModelClient(spec) as client:
             for rd in run_dirs:
                 sc = load_run_scenario(rd)
-                dspec = DiagnosisSpec.from_evaluation(sc.evaluation.diagnosis)
+                dspec = sc.evaluation.diagnosis
                 reports = score_run(rd).reports
                 verdict = await judge_diagnosis(dspec, reports, client, rd / JUDGMENTS_FILE)
                 write_verdict(rd, score_run(rd))

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from dbaops.evaluation.compliance import ServiceComplianceVerdict, evaluate_service_compliance
-from dbaops.evaluation.diagnosis import DiagnosisSpec, DiagnosisVerdict, verdict_from_store
+from dbaops.evaluation.diagnosis import DiagnosisVerdict, verdict_from_store
 from dbaops.evaluation.safety import SafetyVerdict
 from dbaops.evaluation.safety_contract import judge_run_safety
 from dbaops.records import (
@@ -185,7 +185,7 @@ def stored_judge(run_dir: Path) -> str | None:
 def _diagnosis(
     sc: Scenario, reports: list[dict[str, Any]], run_dir: Path
 ) -> DiagnosisVerdict | None:
-    spec = DiagnosisSpec.from_evaluation(sc.evaluation.diagnosis)
+    spec = sc.evaluation.diagnosis
     if sc.mode != "bounded" or not (spec.required or spec.contradictory):
         return None  # persistent reports are kept for trace analysis, not scored (paper §3.4)
     judge = stored_judge(run_dir)

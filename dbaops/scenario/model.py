@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from dbaops.evaluation.compliance import ServiceObjective
+from dbaops.evaluation.diagnosis_models import DiagnosisSpec
 from dbaops.evaluation.difficulty import DifficultySpec
 from dbaops.evaluation.safety_contract import SafetyContract
 from dbaops.scenario.parts import CheckSpec, FaultSpec
@@ -162,7 +163,7 @@ class Evaluation(StrictModel):
         default=None, gt=0, description="also probe the integrity checks during the run"
     )
     safety: SafetyContract = Field(default_factory=SafetyContract)
-    diagnosis: dict[str, Any] = Field(default_factory=dict)
+    diagnosis: DiagnosisSpec = Field(default_factory=DiagnosisSpec)
     difficulty: DifficultySpec | None = None
 
 
