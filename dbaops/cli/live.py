@@ -22,7 +22,8 @@ def render(monitor: RunMonitor) -> Group:
     for col in ("workload", "units", "on time", "p95 ms", "errors", "dropped"):
         wl.add_column(col, justify="right" if col != "workload" else "left")
     if monitor.sink is not None and sc is not None:
-        recent = monitor.sink.recent(now - 10.0)
+        mono = monitor.clock.mono() if monitor.clock else 0.0
+        recent = monitor.sink.recent(now - 10.0, now=(now, mono))
         for w in sc.workloads:
             f = recent.filter(recent["workload"] == w.name)
             ratio = workload_stat(f, "on_time_ratio")

@@ -61,7 +61,7 @@ async def evaluate_check(
             passed=False,
             error="no workload samples available",
         )
-    frame = sink.recent(t - check.over_s)
+    frame = sink.recent(t - check.over_s, now=(t, clock.mono()))
     frame = frame.filter(frame["workload"] == check.workload)
     observed_stat = workload_stat(frame, check.stat)
     return CheckRecord(

@@ -227,6 +227,9 @@ class OltpDriver(_TemplateDriver):
         error: str | None = None
         ok = False
         cancelled = False
+        token = id(drawn)
+        self.sink.started(spec.name, token, clock.to_scenario(scheduled),
+                          clock.to_scenario(deadline), scheduled)  # fmt: skip
         try:
             while True:
                 remaining = give_up - clock.mono()
@@ -264,6 +267,7 @@ class OltpDriver(_TemplateDriver):
             raise
         finally:
             self.inflight -= 1
+            self.sink.finished(token)
             end = clock.mono()
             # A unit cut off by the end of the run before its deadline has an unknown outcome
             # and is not a sample; one already past its deadline is a real miss.

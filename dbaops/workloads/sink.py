@@ -31,6 +31,7 @@ class SampleSink:
         self._recent: deque[SampleRow] = deque()
         self._recent_s = recent_s
         self._lock = threading.Lock()
+        self._inflight: dict[int, tuple[str, float, float, float]] = {}
         self.total = 0
 
     def add(
@@ -69,9 +70,29 @@ class SampleSink:
         while self._recent and self._recent[0][5] < horizon:
             self._recent.popleft()
 
-    def recent(self, since_s: float) -> pl.DataFrame:
-        """Samples that ended at or after scenario time ``since_s`` (from the in-memory window)."""
+    def started(self, workload: str, token: int, scheduled_s: float, deadline_s: float,
+                scheduled_mono: float) -> None:  # fmt: skip
+        """A unit is in flight (so a stalled one counts as a miss before it finishes)."""
+        self._inflight[token] = (workload, scheduled_s, deadline_s, scheduled_mono)
+
+    def finished(self, token: int) -> None:
+        self._inflight.pop(token, None)
+
+    def recent(self, since_s: float, now: tuple[float, float] | None = None) -> pl.DataFrame:
+        """Samples that ended at or after scenario time ``since_s`` (from the in-memory window).
+
+        With ``now = (scenario time, monotonic time)``, units still in flight past their
+        deadline are included as ``late`` rows with their latency so far: a stalled server must
+        show up in live statistics before its stuck transactions end.
+        """
         rows = [r for r in self._recent if r[5] >= since_s]
+        if now is not None:
+            now_s, now_mono = now
+            for workload, sched_s, deadline_s, sched_mono in list(self._inflight.values()):
+                if deadline_s < now_s and sched_s >= since_s:
+                    rows.append((workload, "oltp", "(in flight)", sched_s, None, now_s,
+                                 (now_mono - sched_mono) * 1000.0, 0, Outcome.LATE.value,
+                                 None, "in flight past its deadline", None))  # fmt: skip
         return pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")
 
     def flush(self) -> int:
