@@ -69,9 +69,10 @@ async def test_validate_noop_fails_reference_passes_shallow_fails(tmp_path: Path
     ref = next(r for r in summary.rows if r.solution == "reference" and r.scenario == "pg-sf-01")
     calls = [r for r in read_trace(ref.run_dir) if isinstance(r, ToolCallRecord)]
     sql = [c for c in calls if c.tool == "execute_sql"]
-    assert [c.ok for c in sql] == [True, True]
-    assert "pg_terminate_backend" in sql[0].args["sql"] and "t" in sql[0].observation
-    assert sql[0].detail["settings_before"]["lock_timeout"] == "0"
+    assert [c.ok for c in sql] == [True, True, True]  # investigate, terminate, set timeout
+    assert "price_sync" in sql[0].observation  # the investigation saw the blocker
+    assert "pg_terminate_backend" in sql[1].args["sql"] and "t" in sql[1].observation
+    assert sql[1].detail["settings_before"]["lock_timeout"] == "0"
     assert all(c.t_scn is not None and c.t_scn_end is not None and c.wall_ms >= 0 for c in calls)
     assert (ref.run_dir / "mailbox.md").read_text().count("resolved") >= 1
 

@@ -70,6 +70,11 @@ class _Pools:
         return pool
 
     async def close(self) -> None:
+        """Close gracefully first: asyncpg finishes a cancelled unit's release in a shielded
+        future, and terminating under it would leave an unretrieved error on the loop."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            for pool in self._pools.values():
+                await pool.close()
         for pool in self._pools.values():
             pool.terminate()
         self._pools.clear()
