@@ -12,7 +12,7 @@ import hashlib
 import random
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import anyio
 import asyncpg
@@ -114,12 +114,15 @@ async def _run_transaction(
         await body()
 
 
-class _TemplateDriver:
+SpecT = TypeVar("SpecT", OltpWorkload, BackgroundWorkload)
+
+
+class _TemplateDriver(Generic[SpecT]):
     """Shared state of drivers that run transaction templates with seeded arguments."""
 
     def __init__(
         self,
-        spec: OltpWorkload | BackgroundWorkload,
+        spec: SpecT,
         library: WorkloadLibrary,
         params: dict[str, int],
         endpoint: Endpoint,
@@ -127,6 +130,7 @@ class _TemplateDriver:
         sink: SampleSink,
         seed: int,
     ) -> None:
+        self.spec: SpecT = spec
         self.library = library
         self.endpoint = endpoint
         self.clock = clock
@@ -142,7 +146,7 @@ class _TemplateDriver:
         ]
 
 
-class OltpDriver(_TemplateDriver):
+class OltpDriver(_TemplateDriver[OltpWorkload]):
     """Open-loop transaction arrivals with deadlines, retries and an in-flight cap."""
 
     def __init__(
@@ -156,7 +160,6 @@ class OltpDriver(_TemplateDriver):
         seed: int,
     ) -> None:
         super().__init__(spec, library, params, endpoint, clock, sink, seed)
-        self.spec = spec
         self.pools = _Pools(endpoint, f"wl:{spec.name}", spec.connections)
         self.inflight = 0
         self.rate_factor = 1.0
@@ -389,21 +392,8 @@ class OlapDriver:
             )
 
 
-class BackgroundDriver(_TemplateDriver):
+class BackgroundDriver(_TemplateDriver[BackgroundWorkload]):
     """Closed-loop sessions running noise templates with a pause between units."""
-
-    def __init__(
-        self,
-        spec: BackgroundWorkload,
-        library: WorkloadLibrary,
-        params: dict[str, int],
-        endpoint: Endpoint,
-        clock: ScenarioClock,
-        sink: SampleSink,
-        seed: int,
-    ) -> None:
-        super().__init__(spec, library, params, endpoint, clock, sink, seed)
-        self.spec = spec
 
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
