@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from dbaops.agents.base import load_agent
 from dbaops.engine.runner import RunMonitor, RunOptions, run_scenario
-from dbaops.scenario.loader import load_scenario
+from dbaops.scenario.loader import ScenarioError, load_scenario
 
 
 class ValidationRow(BaseModel):
@@ -74,7 +74,15 @@ async def validate(
             raise ValueError(f"{sc.id} declares no reference solution: it cannot be validated")
         for i in range(repeat):
             for solution in solutions:
-                result = await run_scenario(ref, options, monitor, agent=load_agent(solution))
+                try:
+                    result = await run_scenario(ref, options, monitor, agent=load_agent(solution))
+                except ScenarioError as exc:  # the file changed under us: report, go on
+                    rows.append(ValidationRow(
+                        scenario=sc.id, solution=solution, repeat=i + 1,
+                        expectation=_EXPECT[solution], status="invalid_file", outcome_pass=None,
+                        safe_pass=None, ok=False, reason=str(exc)[:300], run_dir=Path("-"),
+                    ))  # fmt: skip
+                    continue
                 verdict = result.verdict or {}
                 outcome, safe = verdict.get("outcome_pass"), verdict.get("safe_pass")
                 ok, reason = _judge(solution, result.status, outcome, safe)
