@@ -404,6 +404,37 @@ def difficulty(
 
 
 @app.command()
+def clean(
+    scenarios: Annotated[
+        list[str] | None, typer.Argument(help="scenario ids (default: every cluster)")
+    ] = None,
+) -> None:
+    """Stop and delete embedded clusters and their dirty snapshots (rebuilt on the next run)."""
+    import shutil
+
+    from dbaops.backends.postgres.cluster import dbaops_home
+
+    root = dbaops_home() / "clusters"
+    targets = [p for p in sorted(root.glob("*")) if p.is_dir()] if root.exists() else []
+    if scenarios:
+        targets = [p for p in targets if p.name.rsplit("-pg", 1)[0] in scenarios]
+    for path in targets:
+        pidfile = path / "data" / "postmaster.pid"
+        if pidfile.exists():
+            import os
+            import signal
+
+            try:
+                os.kill(int(pidfile.read_text().splitlines()[0]), signal.SIGINT)  # fast shutdown
+            except (OSError, ValueError, IndexError):
+                pass
+        shutil.rmtree(path, ignore_errors=True)
+        console.print(f"removed {path}")
+    if not targets:
+        console.print(f"nothing to remove under {root}")
+
+
+@app.command()
 def schema() -> None:
     """Print the JSON Schema of scenario files."""
     from dbaops.scenario.loader import scenario_json_schema

@@ -191,6 +191,9 @@ async def _prepare_state(
         "prepare_s": time.monotonic() - t0,
     }
     if cluster is not None:
+        for stale in cluster.snapshot_root.glob("*"):  # snapshots of an older preparation
+            if stale.name != key:
+                cluster.drop_snapshot(stale.name)
         capture_s = await cluster.capture_snapshot(key)
         (cluster.snapshot_root / key / "prep.json").write_text(json.dumps(meta))
         trace.write(
