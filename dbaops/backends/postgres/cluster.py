@@ -290,6 +290,11 @@ class PostgresCluster:
         await self.stop(mode="immediate")
         if self.datadir.exists():
             shutil.rmtree(self.datadir)
+        # WAL segment names repeat after a restore; archived segments of an earlier run would
+        # make `test ! -f` fail and the restored server's archiving with it.
+        for segment in self.archive_dir.glob("*"):
+            if segment.is_file():
+                segment.unlink()
         await self._run(
             "cp", "-a", str(self.snapshot_root / name / "data"), str(self.datadir), as_service=False
         )

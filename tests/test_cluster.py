@@ -1,0 +1,54 @@
+"""The embedded cluster's snapshot/restore keeps WAL archiving working."""
+
+from __future__ import annotations
+
+import shutil
+
+import anyio
+import pytest
+
+from dbaops.backends.postgres.cluster import PostgresCluster
+
+pytestmark = pytest.mark.anyio
+
+
+async def _archiver(cluster: PostgresCluster) -> tuple[int, int]:
+    conn = await cluster.connect()
+    try:
+        row = await conn.fetchrow("SELECT archived_count, failed_count FROM pg_stat_archiver")
+        assert row is not None
+        return int(row[0]), int(row[1])
+    finally:
+        await conn.close()
+
+
+async def _switch_and_wait_archived(cluster: PostgresCluster) -> tuple[int, int]:
+    before, _ = await _archiver(cluster)
+    conn = await cluster.connect()
+    try:
+        await conn.execute("CREATE TABLE IF NOT EXISTS t (x int); INSERT INTO t VALUES (1)")
+        await conn.execute("SELECT pg_switch_wal()")
+    finally:
+        await conn.close()
+    with anyio.fail_after(30):
+        while True:
+            archived, failed = await _archiver(cluster)
+            if archived > before or failed > 0:
+                return archived, failed
+            await anyio.sleep(0.2)
+
+
+async def test_wal_archiving_keeps_working_after_repeated_restores() -> None:
+    cluster = await PostgresCluster.open("archive-test")
+    try:
+        await cluster.start()
+        await _switch_and_wait_archived(cluster)
+        await cluster.capture_snapshot("s")
+        for _ in range(2):  # the same segment names come back after every restore
+            await cluster.restore_snapshot("s")
+            archived, failed = await _switch_and_wait_archived(cluster)
+            assert failed == 0
+            assert archived >= 1
+    finally:
+        await cluster.stop()
+        shutil.rmtree(cluster.root, ignore_errors=True)
