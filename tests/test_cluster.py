@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import anyio
 import pytest
@@ -52,3 +53,22 @@ async def test_wal_archiving_keeps_working_after_repeated_restores() -> None:
     finally:
         await cluster.stop()
         shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+async def test_a_second_concurrent_run_on_the_same_cluster_is_refused(tmp_path: Path) -> None:
+    from dbaops.backends.postgres.cluster import ClusterError
+    from dbaops.engine.runner import RunOptions, run_scenario
+    from dbaops.records import RunEnd
+    from dbaops.rundir import read_trace
+
+    scenario = Path(__file__).parent / "scenarios" / "t-snapshot.yaml"
+    holder = await PostgresCluster.open("t-snapshot")
+    holder.acquire()  # as a run in progress would
+    try:
+        with pytest.raises(ClusterError, match="in use by another dbaops run"):
+            await run_scenario(scenario, RunOptions(time_scale=0.5, runs_dir=tmp_path))
+    finally:
+        holder.release()
+    (run_dir,) = list((tmp_path / "t-snapshot").iterdir())
+    ends = [r for r in read_trace(run_dir) if isinstance(r, RunEnd)]
+    assert ends and ends[0].status == "failed" and "in use" in (ends[0].reason or "")

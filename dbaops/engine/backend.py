@@ -57,7 +57,12 @@ class PostgresBackend:
 async def embedded_backend(name: str, bindir: Path | None = None) -> PostgresBackend:
     """Open (initdb if needed) and start the embedded cluster ``name``."""
     cluster = await PostgresCluster.open(name, binaries=find_binaries(bindir) if bindir else None)
-    await cluster.start()
+    cluster.acquire()
+    try:
+        await cluster.start()
+    except BaseException:
+        cluster.release()
+        raise
     return PostgresBackend(None, cluster)
 
 

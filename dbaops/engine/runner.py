@@ -661,4 +661,6 @@ async def _finish(
             await backend.cluster.stop()
         except Exception as exc:  # noqa: BLE001
             log.warning("could not stop the embedded server", error=str(exc))
+        finally:
+            backend.cluster.release()
     return verdict

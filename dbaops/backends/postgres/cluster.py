@@ -6,6 +6,7 @@ free loopback port, and works when dbaops runs as root (the server runs as a ser
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -89,6 +90,7 @@ class PostgresCluster:
     """One embedded cluster directory with its server process."""
 
     def __init__(self, root: Path, binaries: PgBinaries, os_user: str | None) -> None:
+        self._lock_fd: int | None = None
         self.root = root
         self.binaries = binaries
         self.os_user = os_user
@@ -264,6 +266,25 @@ class PostgresCluster:
             server_settings={"application_name": application_name},
             ssl=False,
         )
+
+    # -- exclusive use ----------------------------------------------------------------------
+    def acquire(self) -> None:
+        """Take the cluster for one run; a second concurrent run gets a clear error."""
+        fd = os.open(self.root / ".run.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ClusterError(
+                f"cluster {self.root} is in use by another dbaops run (one run per scenario "
+                "cluster at a time; set DBAOPS_HOME to run copies side by side)"
+            ) from None
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor drops the flock
+            self._lock_fd = None
 
     # -- snapshots ------------------------------------------------------------------------
     def has_snapshot(self, name: str) -> bool:
