@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from dbaops.analysis.synthetic import header, scenario_dict, write_run
 from dbaops.evaluation.score import score_run
@@ -36,7 +37,13 @@ def _bounded_run(tmp_path: Path) -> Path:
 def test_judge_command_then_offline_score(tmp_path: Path) -> None:
     run_dir = _bounded_run(tmp_path)
     assert score_run(run_dir).diagnosis is None  # not judged yet: no Diagnosis verdict
-    with OpenAITestServer([_answer("yes"), _answer("no")]) as server:
+
+    def judge(request: dict[str, Any]) -> ScriptedResponse:
+        # Conditions are judged concurrently: answer by content, not by arrival order.
+        asked = json.dumps(request["messages"])
+        return _answer("no" if "deadlock" in asked else "yes")
+
+    with OpenAITestServer(judge) as server:
         models = tmp_path / "models.toml"
         models.write_text(
             f'[models.j]\nbase_url = "{server.base_url}"\nmodel = "test-model"\n'
