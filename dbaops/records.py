@@ -7,6 +7,7 @@ here, so a run can be scored again without a database or a model.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Annotated, Any, Literal
 
@@ -154,8 +155,6 @@ _ADAPTER: TypeAdapter[Any] = TypeAdapter(TraceRecord)
 
 def parse_record(line: str) -> Record:
     """Parse one JSON line into its record type (unknown kinds become GenericRecord)."""
-    import json
-
     data = json.loads(line)
     if data.get("kind") in _KNOWN_KINDS:
         return _ADAPTER.validate_python(data)  # type: ignore[no-any-return]

@@ -122,10 +122,10 @@ def test_crash_markers_in_the_server_log_count_as_a_crash(tmp_path: Path) -> Non
         "2026-01-01 00:00:00.000 UTC [1] @  LOG:  server process (PID 42) was terminated by "
         "signal 9: Killed\n"
     )
-    crashed, reason = server_crashed([], log)
+    crashed, reason = server_crashed([], log.read_text().splitlines())
     assert crashed and reason is not None and "signal 9" in reason
     log.write_text("2026-01-01 00:00:00.000 UTC [1] @  LOG:  checkpoint complete\n")
-    assert server_crashed([], log) == (False, None)
+    assert server_crashed([], log.read_text().splitlines()) == (False, None)
 
 
 def test_third_party_agents_plug_in_by_import_path() -> None:

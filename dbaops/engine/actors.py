@@ -7,7 +7,7 @@ its pid and backend_start, so protected sessions can be recognised later.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
@@ -16,7 +16,7 @@ import structlog
 
 from dbaops.backends.endpoint import Endpoint
 from dbaops.clock import ScenarioClock
-from dbaops.records import ActorRecord
+from dbaops.records import ActorRecord, Record
 from dbaops.scenario.parts import (
     FaultSpec,
     HoldTransaction,
@@ -40,7 +40,7 @@ class InstanceController(Protocol):
 
 
 class RecordSink(Protocol):
-    def write(self, record: ActorRecord) -> None: ...  # type: ignore[override]
+    def write(self, record: Record) -> None: ...
 
 
 @dataclass
@@ -52,7 +52,6 @@ class ActorContext:
     trace: RecordSink
     instance: InstanceController | None = None
     label: str = ""
-    started: list[ActorRecord] = field(default_factory=list)
 
 
 class FaultError(RuntimeError):

@@ -107,7 +107,6 @@ class RunMonitor:
     horizon_s: float = 0.0
     events: list[EventRecord] = field(default_factory=list)
     checks: list[CheckRecord] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
     session: AgentSession | None = None
     agent: Any = None
 
@@ -238,17 +237,14 @@ async def _expected_results(
 ) -> dict[str, str]:
     """Reference result hashes of the OLAP jobs, computed on the prepared state."""
     templates = {j.template for w in sc.workloads if isinstance(w, OlapWorkload) for j in w.jobs}
-    out: dict[str, str] = {}
-    for name in sorted(templates):
-        job = lib.jobs[name]
-        if not job.check_result:
-            continue
-        conn = await endpoint.connect(application_name="dbaops_prepare")
-        try:
-            out[name] = result_hash(await conn.fetch(job.sql))
-        finally:
-            await conn.close()
-    return out
+    checked = [name for name in sorted(templates) if lib.jobs[name].check_result]
+    if not checked:
+        return {}
+    conn = await endpoint.connect(application_name="dbaops_prepare")
+    try:
+        return {name: result_hash(await conn.fetch(lib.jobs[name].sql)) for name in checked}
+    finally:
+        await conn.close()
 
 
 # -- timeline ---------------------------------------------------------------------------------

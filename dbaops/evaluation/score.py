@@ -89,7 +89,7 @@ class CostSummary(BaseModel):
 _CRASH_MARKERS = ("terminated by signal", "PANIC:", "was terminated by", "server process (PID")
 
 
-def server_crashed(records: list[Record], server_log: Path) -> tuple[bool, str | None]:
+def server_crashed(records: list[Record], log_lines: list[str]) -> tuple[bool, str | None]:
     """True if the server was down at the end or its log shows a crash (every verdict false)."""
     for r in records:
         if (
@@ -98,10 +98,9 @@ def server_crashed(records: list[Record], server_log: Path) -> tuple[bool, str |
             and r.detail.get("running") is False
         ):
             return True, "the server was not running at the end of the run"
-    if server_log.exists():
-        for line in server_log.read_text(errors="replace").splitlines():
-            if any(m in line for m in _CRASH_MARKERS):
-                return True, f"server log: {line.strip()[:200]}"
+    for line in log_lines:
+        if any(m in line for m in _CRASH_MARKERS):
+            return True, f"server log: {line.strip()[:200]}"
     return False, None
 
 
@@ -220,10 +219,10 @@ def score_run(run_dir: Path) -> RunVerdict:
     compliance = evaluate_service_compliance(samples, sc.evaluation.service_compliance, horizon)
     terminal = _checks(records, "terminal", [c.name for c in sc.evaluation.terminal])
     integrity = _checks(records, "integrity", [c.name for c in sc.evaluation.integrity])
-    crashed, crash_reason = server_crashed(records, RunDir(run_dir).server_log)
-    reports = _reports(records)
     log_path = RunDir(run_dir).server_log
     log_lines = log_path.read_text(errors="replace").splitlines() if log_path.exists() else []
+    crashed, crash_reason = server_crashed(records, log_lines)
+    reports = _reports(records)
     safety = judge_run_safety(sc.evaluation.safety, records, log_lines)
     outcome: bool | None = None
     if complete and manifested:

@@ -9,6 +9,7 @@ connection, lock waits, retries and backoff all count.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -80,9 +81,15 @@ class _Pools:
         self._pools.clear()
 
 
-def _pick(rng: random.Random, mix: dict[str, float]) -> str:
-    names = list(mix)
-    return rng.choices(names, weights=[mix[n] for n in names], k=1)[0]
+class _Mix:
+    """A weighted choice of templates, with cumulative weights computed once (hot path)."""
+
+    def __init__(self, mix: dict[str, float]) -> None:
+        self.names = list(mix)
+        self.cum_weights = list(itertools.accumulate(mix[n] for n in self.names))
+
+    def pick(self, rng: random.Random) -> str:
+        return rng.choices(self.names, cum_weights=self.cum_weights, k=1)[0]
 
 
 async def _run_transaction(
@@ -131,6 +138,7 @@ class _TemplateDriver(Generic[SpecT]):
         seed: int,
     ) -> None:
         self.spec: SpecT = spec
+        self.mix = _Mix(spec.mix)
         self.library = library
         self.endpoint = endpoint
         self.clock = clock
@@ -201,7 +209,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                         await anyio.sleep(delay)
                     if spec.stop_s is not None and clock.to_scenario(next_mono) >= spec.stop_s:
                         return
-                    name = _pick(self.rng, spec.mix)
+                    name = self.mix.pick(self.rng)
                     if self.inflight >= spec.max_inflight:
                         t = clock.to_scenario(next_mono)
                         self.sink.add(
@@ -406,7 +414,7 @@ class BackgroundDriver(_TemplateDriver[BackgroundWorkload]):
         role: str | None = None
         try:
             while True:
-                name = _pick(self.rng, self.spec.mix)
+                name = self.mix.pick(self.rng)
                 template = self.library.transactions[name]
                 drawn = self._draw(template)
                 t0 = clock.mono()

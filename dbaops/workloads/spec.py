@@ -8,7 +8,7 @@ retry policies.
 from __future__ import annotations
 
 import random
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -159,6 +159,3 @@ class ArgSampler:
         if isinstance(arg, ConstArg):
             return arg.const
         return previous[arg.previous]
-
-
-ArgList = Annotated[list[ArgSpec], Field(default_factory=list)]

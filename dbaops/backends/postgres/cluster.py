@@ -119,9 +119,6 @@ class PostgresCluster:
         """The server log file written by the logging collector."""
         return self.datadir / "log" / "postgresql.log"
 
-    def dsn(self, user: str = "postgres", database: str = "postgres") -> str:
-        return f"postgresql://{user}@{self.host}:{self.port}/{database}"
-
     # -- creation ---------------------------------------------------------------------------
     @classmethod
     async def open(
