@@ -1,4 +1,4 @@
 """dbaops: run database-operations agents against live databases and score them (DBA-Bench)."""
 
 __version__ = "0.1.0"
-TRACE_SCHEMA_VERSION = 1
+TRACE_SCHEMA_VERSION = 2

@@ -34,9 +34,11 @@ class RunHeader(Record):
     scenario_id: str
     scenario_mode: str  # "bounded" | "persistent"
     scenario_sha256: str
-    horizon_s: float
+    horizon_s: float | None  # persistent: the event program's length; bounded: None
     time_scale: float
     agent: str
+    agent_kind: str = "agent"  # "agent" | "oracle" (scripted reference/shallow) | "model"
+    budget: dict[str, Any] = Field(default_factory=dict)  # turns, time_s (scenario seconds)
     seed: int
     backend: dict[str, Any] = Field(default_factory=dict)
     versions: dict[str, str] = Field(default_factory=dict)
@@ -87,6 +89,7 @@ class ActorRecord(Record):
     application_name: str | None = None
     protected: bool = False
     pid: int | None = None
+    pids: list[int] = Field(default_factory=list)  # every session an actor holds (pools)
     backend_start: str | None = None
     detail: dict[str, Any] = Field(default_factory=dict)
 
@@ -99,6 +102,7 @@ class ToolCallRecord(Record):
     tool: str
     args: dict[str, Any] = Field(default_factory=dict)
     ok: bool = True
+    status: str = "completed"  # "completed" | "cancelled" (in flight at the end) | "refused"
     observation: str = ""
     error: str | None = None
     t_scn_end: float | None = None

@@ -8,7 +8,6 @@ import pytest
 import yaml
 
 from dbaops.agents.base import AgentSession, load_agent
-from dbaops.agents.reference import ReferenceAgent
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.engine.validate import validate
 from dbaops.evaluation.score import score_run, server_crashed
@@ -84,7 +83,7 @@ async def test_reference_that_skips_a_required_step_fails_outcome(tmp_path: Path
     path = tmp_path / "t-rg-01-skip.yaml"
     path.write_text(yaml.safe_dump(data))
     result = await run_scenario(
-        path, RunOptions(time_scale=FAST, runs_dir=tmp_path), agent=ReferenceAgent()
+        path, RunOptions(time_scale=FAST, runs_dir=tmp_path), agent="reference"
     )
     assert result.status == "completed"
     verdict = score_run(result.run_dir)

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import re
 from pathlib import Path
 from typing import Any
 
+import anyio
 import numpy as np
 import polars as pl
 import pytest
 
+from dbaops.analysis.htmlpage import fmt_cell
 from dbaops.analysis.plot import plot_run, run_figure
 from dbaops.analysis.report import (
     ALL_SYSTEMS,
     build_report,
     load_summaries,
     pass_hat_k,
+    pass_k_table,
     survival_curve,
 )
 from dbaops.analysis.series import latency_windows, run_series
@@ -26,7 +31,11 @@ from dbaops.evaluation.compliance import (
     compliance_windows_frame,
     evaluate_service_compliance,
 )
-from dbaops.records import ActorRecord, EventRecord, RunEnd, ToolCallRecord
+from dbaops.evaluation.score import score_run, write_verdict
+from dbaops.models import CallRecord, ModelClient, ModelSpec, Prices, load_registry
+from dbaops.records import ActorRecord, CheckRecord, EventRecord, RunEnd, ToolCallRecord
+from dbaops.scenario.model import Scenario
+from dbaops.testing import OpenAITestServer, ScriptedResponse
 from dbaops.workloads.samples import Outcome, SLOSample, samples_frame
 
 # --------------------------------------------------------------------------- report fixture
@@ -450,3 +459,243 @@ def test_latency_windows_cover_warmup_with_negative_indices() -> None:
     assert lat["n_dropped"].to_list() == [0, 1, 0]
     assert lat["p50_ms"][1] is None
     assert math.isclose(lat["p99_ms"][2], 20.0)
+
+
+# --------------------------------------------------------------------------- placeholder prices
+
+
+def _model_calls(name: str, prices: Prices | None, n: int = 1) -> list[CallRecord]:
+    """``n`` real model calls (through ModelClient and the scripted server) priced as given."""
+    reply = ScriptedResponse.text("ok", prompt_tokens=10_000, cached_tokens=2_000,
+                                  completion_tokens=1_000)  # fmt: skip
+    records: list[CallRecord] = []
+
+    async def call() -> None:
+        with OpenAITestServer([reply] * n) as server:
+            spec = ModelSpec(name=name, base_url=server.base_url, model=name, prices=prices)
+            async with ModelClient(spec, on_record=records.append) as client:
+                for _ in range(n):
+                    await client.complete([{"role": "user", "content": "slow queries"}])
+
+    anyio.run(call)
+    return records
+
+
+def _scored_cost_run(root: Path, rid: str, model: str, calls: list[CallRecord]) -> Path:
+    """A completed persistent run with the given model calls, scored like `dbaops score`."""
+    sc = scenario_dict("cost-case", horizon_s=60.0)
+    sc["evaluation"]["terminal"] = [{"check": "sql", "name": "ok", "sql": "SELECT true"}]
+    recs: list[Any] = [
+        header("cost-case", rid, agent="react", model=model, horizon_s=60.0),
+        *calls,
+        CheckRecord(purpose="terminal", name="ok", passed=True, t_scn=60.0),
+        RunEnd(status="completed"),
+    ]
+    run = write_run(root / rid, scenario=sc, records=recs)
+    write_verdict(run, score_run(run))
+    return run
+
+
+def test_placeholder_prices_are_marked_from_registry_to_verdict_and_report(
+    tmp_path: Path,
+) -> None:
+    shipped = load_registry(use_user_file=False).get("gpt").prices
+    assert shipped is not None and shipped.placeholder
+    checked = Prices(input=2.0, cached_input=0.5, output=8.0)
+    root = tmp_path / "runs"
+    _scored_cost_run(root, "g1", "gpt", _model_calls("gpt", shipped, n=2))
+    _scored_cost_run(root, "g2", "gpt", _model_calls("gpt", shipped))
+    _scored_cost_run(root, "c1", "checked", _model_calls("checked", checked))
+    # one system priced once with placeholder prices and once with checked ones
+    _scored_cost_run(root, "m1", "mixed", _model_calls("mixed", shipped))
+    _scored_cost_run(root, "m2", "mixed", _model_calls("mixed", checked))
+    # a run with one unpriced call has no Token Cost at all (not a partial sum)
+    _scored_cost_run(root, "u1", "local",
+                     _model_calls("gpt", shipped) + _model_calls("local", None))  # fmt: skip
+
+    # each call: 10 000 prompt tokens of which 2 000 cached, 1 000 completion tokens (Eq. 1)
+    ph_call = (8_000 * shipped.input + 2_000 * shipped.cache_price + 1_000 * shipped.output) / 1e6
+    ok_call = (8_000 * 2.0 + 2_000 * 0.5 + 1_000 * 8.0) / 1e6
+    g1 = json.loads((root / "g1" / "verdict.json").read_text())["cost"]
+    assert g1["calls"] == 2 and g1["cost_usd"] == pytest.approx(2 * ph_call)
+    assert (g1["price_placeholder"], g1["unpriced_calls"]) == (True, 0)
+    c1 = json.loads((root / "c1" / "verdict.json").read_text())["cost"]
+    assert (c1["price_placeholder"], c1["cost_usd"]) == (False, pytest.approx(ok_call))
+    u1 = json.loads((root / "u1" / "verdict.json").read_text())["cost"]
+    assert (u1["cost_usd"], u1["unpriced_calls"], u1["calls"]) == (None, 1, 2)
+
+    res = build_report(root, tmp_path / "report", html=True)
+    runs = {r["run_id"]: r for r in res.runs.to_dicts()}
+    assert runs["g1"]["cost_placeholder"] is True and runs["c1"]["cost_placeholder"] is False
+    assert runs["u1"]["cost_placeholder"] is None and runs["u1"]["unpriced_calls"] == 1
+    rates = res.tables["pass_rates"]
+    get = functools.partial(_rate, rates, "overall", "all")
+    assert (get("react/gpt", "n_cost"), get("react/gpt", "n_cost_placeholder")) == (2, 2)
+    assert get("react/gpt", "cost_placeholder") is True
+    assert get("react/gpt", "mean_cost_usd") == pytest.approx(1.5 * ph_call)
+    assert get("react/checked", "cost_placeholder") is False
+    assert (get("react/mixed", "n_cost"), get("react/mixed", "n_cost_placeholder")) == (2, 1)
+    assert get("react/mixed", "mean_cost_usd") == pytest.approx((ph_call + ok_call) / 2)
+    assert get("react/local", "n_cost") == 0 and get("react/local", "mean_cost_usd") is None
+    assert get(ALL_SYSTEMS, "n_cost") == 5 and get(ALL_SYSTEMS, "n_cost_placeholder") == 3
+    # CSV keeps numbers; Markdown and HTML put the mark next to every mean that includes them
+    assert pl.read_csv(tmp_path / "report" / "pass_rates.csv")["mean_cost_usd"].dtype == pl.Float64
+    md = (tmp_path / "report" / "report.md").read_text()
+    row = {ln.split(" | ")[2]: ln for ln in md.splitlines() if ln.startswith("| overall | all |")}
+    assert f"{fmt_cell(1.5 * ph_call)} (placeholder prices)" in row["react/gpt"]
+    assert "placeholder" not in row["react/checked"]
+    assert "(placeholder prices: 1 of 2 runs)" in row["react/mixed"]
+    assert "(placeholder prices: 3 of 5 runs)" in row[ALL_SYSTEMS]
+    assert "placeholder prices from the model registry" in md
+    assert "(placeholder prices)" in (tmp_path / "report" / "report.html").read_text()
+
+
+# --------------------------------------------------------------------------- DP denominators
+
+
+def _bounded_scenario(sid: str, *, criteria: bool) -> dict[str, Any]:
+    sc = scenario_dict(sid, mode="bounded", domain="query_tuning", difficulty="easy")
+    if not Scenario.model_fields["horizon_s"].is_required():
+        sc.pop("horizon_s", None)  # newer scenario model: a bounded scenario has no horizon
+    if criteria:
+        sc["evaluation"]["diagnosis"] = {"required": ["a missing index on orders"]}
+    return sc
+
+
+def _bounded_verdict(outcome: bool, diagnosis: dict[str, Any] | None) -> dict[str, Any]:
+    v: dict[str, Any] = {
+        "status": "completed",
+        "complete": True,
+        "manifested": True,
+        "service_compliance": {"applicable": False, "passed": None},
+        "outcome_pass": outcome,
+        "safety": {"safe": True, "score": 0.0, "violations": []},
+        "safe_pass": outcome,
+    }
+    if diagnosis is not None:
+        v["diagnosis"] = diagnosis
+    return v
+
+
+def _bounded_run(
+    root: Path, rid: str, outcome: bool, diagnosis: dict[str, Any] | None, *, criteria: bool = True
+) -> Path:
+    recs: list[Any] = [
+        header("dp-case", rid, agent="alpha", model="m1", mode="bounded", horizon_s=300.0),
+        RunEnd(status="completed"),
+    ]
+    return write_run(root / rid, scenario=_bounded_scenario("dp-case", criteria=criteria),
+                     records=recs, verdict=_bounded_verdict(outcome, diagnosis))  # fmt: skip
+
+
+def test_dp_denominator_excludes_unresolved_judgments_and_counts_them(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    _bounded_run(root, "judged-pass", True, {"applicable": True, "passed": True, "n_unknown": 0})
+    _bounded_run(root, "judged-fail", False, {"applicable": True, "passed": False})
+    _bounded_run(root, "unknown", False, {"applicable": True, "passed": None, "n_unknown": 1,
+                                          "reason": "judge unavailable"})  # fmt: skip
+    _bounded_run(root, "not-judged-yet", False, None)  # the judge has not run
+    _bounded_run(root, "no-criteria", True, {"applicable": False, "passed": None},
+                 criteria=False)  # fmt: skip
+    res = build_report(root, tmp_path / "report", html=True)
+    runs = {r["run_id"]: r for r in res.runs.to_dicts()}
+    assert {r: row["diagnosis_unresolved"] for r, row in runs.items()} == {
+        "judged-pass": False, "judged-fail": False, "unknown": True, "not-judged-yet": True,
+        "no-criteria": False,
+    }  # fmt: skip
+    assert runs["no-criteria"]["diagnosis_applicable"] is False
+    get = functools.partial(_rate, res.tables["pass_rates"], "overall", "all")
+    assert get("alpha/m1", "n_runs") == 5  # OP and SP: every valid run
+    assert get("alpha/m1", "outcome_pass") == pytest.approx(2 / 5)
+    assert (get("alpha/m1", "dp_n"), get("alpha/m1", "dp_unresolved")) == (2, 2)
+    assert get("alpha/m1", "diagnosis_pass") == pytest.approx(1 / 2)
+    md = (tmp_path / "report" / "pass_rates.md").read_text()
+    head = md.splitlines()[0]
+    assert "| dp_n |" in head and "| dp_unresolved |" in head and "n_diagnosis" not in head
+    assert "dp_unresolved" in (tmp_path / "report" / "report.html").read_text()
+
+
+def test_run_without_report_fails_diagnosis_and_stays_in_the_denominator(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "runs"
+    _bounded_run(root, "reported", True, {"applicable": True, "passed": True, "n_unknown": 0})
+    _bounded_run(root, "silent", False, {"applicable": True, "passed": False, "n_unknown": 0,
+                                         "reason": "no report submitted"})  # fmt: skip
+    _bounded_run(root, "crashed", False, {"applicable": True, "passed": False, "n_unknown": 0,
+                                          "reason": "server crashed"})  # fmt: skip
+    get = functools.partial(
+        _rate, build_report(root, tmp_path / "r").tables["pass_rates"], "overall", "all"
+    )
+    assert (get("alpha/m1", "dp_n"), get("alpha/m1", "dp_unresolved")) == (3, 0)
+    assert get("alpha/m1", "diagnosis_pass") == pytest.approx(1 / 3)
+
+
+# --------------------------------------------------------------------------- cohorts
+
+
+def _scaled_run(root: Path, rid: str, outcome: bool, time_scale: float, **settings: Any) -> Path:
+    """A persistent p-hard run of alpha/m1 at ``time_scale``; ``settings`` go in the header."""
+    _N[0] += 1
+    h = header("p-hard", rid, agent="alpha", model="m1", horizon_s=HORIZON["p-hard"],
+               t_wall=2000.0 + _N[0])  # fmt: skip
+    h = h.model_copy(update={"time_scale": time_scale, "settings": settings})
+    verdict = _verdict("p-hard", outcome=outcome, cost=0.1, left=None if outcome else 900.0)
+    verdict["time_scale"] = 1.0  # the header's scale wins over the verdict's
+    return write_run(root / rid, scenario=_scenario("p-hard"),
+                     records=[h, RunEnd(status="completed")], verdict=verdict)  # fmt: skip
+
+
+def test_runs_at_different_time_scales_are_separate_rows_and_never_pooled(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "runs"
+    for rid, outcome, scale in [("a", True, 1.0), ("b", True, 1.0), ("c", False, 0.1),
+                                ("d", False, 0.1), ("e", True, 0.1)]:  # fmt: skip
+        _scaled_run(root, rid, outcome, scale)
+    res = build_report(root, tmp_path / "report", html=True)
+    runs = res.runs.sort("run_id")
+    fast = "alpha/m1 @0.1x"
+    assert runs["system"].to_list() == ["alpha/m1"] * 2 + [fast] * 3
+    assert runs["time_scale"].to_list() == [1.0, 1.0, 0.1, 0.1, 0.1]
+    assert runs["repeat"].to_list() == [1, 2, 1, 2, 3]  # repeats only within one scale
+    assert runs["pool"].to_list() == [ALL_SYSTEMS] * 2 + [f"{ALL_SYSTEMS} @0.1x"] * 3
+    rates = res.tables["pass_rates"].filter(pl.col("scope") == "overall")
+    by = {r["system"]: r for r in rates.to_dicts()}
+    assert set(by) == {"alpha/m1", fast, ALL_SYSTEMS, f"{ALL_SYSTEMS} @0.1x"}
+    assert (by["alpha/m1"]["n_runs"], by["alpha/m1"]["outcome_pass"]) == (2, 1.0)
+    assert (by[fast]["n_runs"], by[fast]["time_scale"]) == (3, 0.1)
+    assert by[fast]["outcome_pass"] == pytest.approx(1 / 3)
+    assert by[ALL_SYSTEMS]["n_runs"] == 2 and by[f"{ALL_SYSTEMS} @0.1x"]["n_runs"] == 3
+    pk = res.tables["pass_k"].filter(pl.col("metric") == "outcome_pass")
+    live = pk.filter(pl.col("system") == "alpha/m1")
+    scaled = pk.filter(pl.col("system") == fast)
+    assert live["k"].to_list() == [1, 2] and live["pass_k"].to_list() == [1.0, 1.0]
+    assert scaled["k"].to_list() == [1, 2, 3] and scaled["time_scale"].unique().to_list() == [0.1]
+    assert scaled["pass_k"].to_list() == pytest.approx([1 / 3, 0.0, 0.0])
+    spread = res.tables["repeat_spread"].filter(pl.col("metric") == "outcome_pass")
+    assert dict(zip(spread["system"], spread["n_repeats"], strict=True)) == {
+        "alpha/m1": 2, fast: 3,
+    }  # fmt: skip
+    assert set(res.tables["survival"]["system"].to_list()) == {"alpha/m1", fast}
+    cond = {r["system"] for r in res.tables["conditional_rates"].to_dicts()}
+    assert cond == {"alpha/m1", fast, ALL_SYSTEMS, f"{ALL_SYSTEMS} @0.1x"}
+    pivot = res.tables["safe_pass_by_difficulty"]
+    assert pivot["system"].to_list() == ["alpha/m1", fast, ALL_SYSTEMS, f"{ALL_SYSTEMS} @0.1x"]
+    assert "separate systems" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_replayed_run_is_not_a_repeat_of_the_live_run(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    _scaled_run(root, "live1", True, 1.0)
+    _scaled_run(root, "live2", False, 1.0)
+    _scaled_run(root, "replay1", True, 1.0, replay_of=str(root / "live1"))
+    runs = load_summaries(root).sort("run_id")
+    assert runs["system"].to_list() == ["alpha/m1", "alpha/m1", "alpha/m1 (replay)"]
+    assert runs["replay"].to_list() == [False, False, True]
+    assert runs["repeat"].to_list() == [1, 2, 1]
+    assert runs["pool"][2] == f"{ALL_SYSTEMS} (replay)"
+    pk = pass_k_table(runs.filter(pl.col("valid"))).filter(pl.col("metric") == "outcome_pass")
+    live = pk.filter(pl.col("system") == "alpha/m1")
+    assert live["k"].to_list() == [1, 2] and live["pass_k"].to_list() == [0.5, 0.0]
+    assert pk.filter(pl.col("system") == "alpha/m1 (replay)")["k"].to_list() == [1]

@@ -36,7 +36,8 @@ def _bounded_run(tmp_path: Path) -> Path:
 
 def test_judge_command_then_offline_score(tmp_path: Path) -> None:
     run_dir = _bounded_run(tmp_path)
-    assert score_run(run_dir).diagnosis is None  # not judged yet: no Diagnosis verdict
+    pending = score_run(run_dir).diagnosis  # not judged yet: unresolved, out of the DP denominator
+    assert pending is not None and pending.applicable and pending.passed is None
 
     def judge(request: dict[str, Any]) -> ScriptedResponse:
         # Conditions are judged concurrently: answer by content, not by arrival order.

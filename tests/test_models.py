@@ -550,3 +550,77 @@ async def test_server_models_callable_script_and_exhaustion() -> None:
                 await client.complete(USER)
         await sdk.close()
         assert [r.method for r in server.requests] == ["GET", "POST", "POST", "POST"]
+
+
+# -- placeholder prices -----------------------------------------------------------------------
+
+
+def test_shipped_prices_are_marked_placeholder_and_a_user_can_clear_the_mark(
+    tmp_path: Path,
+) -> None:
+    reg = load_registry()
+    priced = [reg.get(n) for n in reg.names() if reg.get(n).prices is not None]
+    assert {s.name for s in priced} >= {"gpt", "opus", "glm", "deepseek", "qwen"}
+    assert all(s.prices is not None and s.prices.placeholder for s in priced)
+    # a user file that checks the prices says so; one that only edits a price keeps the mark
+    checked = _write(
+        tmp_path / "checked.toml",
+        "[models.gpt.prices]\ninput = 1.0\noutput = 9.0\nplaceholder = false\n"
+        "[models.opus.prices]\noutput = 30.0\n",
+    )
+    reg = load_registry(checked)
+    gpt, opus = reg.get("gpt").prices, reg.get("opus").prices
+    assert gpt is not None and not gpt.placeholder
+    assert opus is not None and opus.placeholder and opus.output == 30.0
+
+
+def test_placeholder_note_implies_the_flag() -> None:
+    assert Prices(input=1.0, output=2.0, note="placeholder, edit").placeholder
+    assert Prices(input=1.0, output=2.0, note="Placeholder until the price page is out").placeholder
+    assert not Prices(input=1.0, output=2.0, note="official, 2026-05").placeholder
+    assert not Prices(input=1.0, output=2.0).placeholder
+    assert not Prices(input=1.0, output=2.0, note="placeholder", placeholder=False).placeholder
+
+
+@pytest.mark.anyio
+async def test_every_call_priced_with_placeholder_prices_carries_the_mark() -> None:
+    shipped = load_registry().get("gpt").prices
+    assert shipped is not None and shipped.placeholder
+    records: list[CallRecord] = []
+    meter = CostMeter()
+    script = [ScriptedResponse.text("a", prompt_tokens=1_000, completion_tokens=10)] * 2
+    with OpenAITestServer(script + [ScriptedResponse.text("b")]) as server:
+        async with ModelClient(
+            spec_for(server.base_url, name="gpt", prices=shipped),
+            meter=meter,
+            on_record=records.append,
+        ) as client:
+            c1 = await client.complete(USER)
+            await client.complete(USER)
+        async with ModelClient(
+            spec_for(server.base_url, name="local", prices=None),
+            meter=meter,
+            on_record=records.append,
+        ) as unpriced:
+            c3 = await unpriced.complete(USER)
+    assert c1.price_placeholder and c1.cost_usd is not None and c1.cost_usd > 0
+    assert not c3.price_placeholder and c3.cost_usd is None
+    assert [r.price_placeholder for r in records] == [True, True, False]
+    # the mark survives the trace's JSON round trip
+    assert CallRecord.model_validate_json(records[0].model_dump_json()).price_placeholder
+    assert meter.by_model["gpt"].placeholder_priced_calls == 2
+    assert meter.by_model["gpt"].price_placeholder
+    assert meter.by_model["local"].placeholder_priced_calls == 0
+    assert meter.by_model["local"].unpriced_calls == 1
+    assert meter.total.placeholder_priced_calls == 2 and meter.price_placeholder
+    assert meter.cost_usd is None  # one call had no price: the run's cost is N/A
+
+
+@pytest.mark.anyio
+async def test_calls_priced_with_checked_prices_are_not_marked() -> None:
+    with OpenAITestServer([ScriptedResponse.text("x", prompt_tokens=10)]) as server:
+        async with ModelClient(spec_for(server.base_url)) as client:
+            comp = await client.complete(USER)
+    assert comp.cost_usd is not None and not comp.price_placeholder
+    assert not client.meter.price_placeholder
+    assert client.meter.total.placeholder_priced_calls == 0

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from dbaops.agents import react_prompts as P
-from dbaops.agents.base import Agent, AgentSession
+from dbaops.agents.base import Agent, AgentSession, Budget
 from dbaops.agents.react import AgentEventRecord, CompactionRecord, ReactAgent
 from dbaops.clock import ScenarioClock
 from dbaops.models import CallRecord, InfraError, ModelSpec, Prices, RetryPolicy
@@ -69,6 +69,7 @@ class FakeEnv:
         self.wakeups = list(wakeups)
         self.sql_obs = sql_obs or (lambda sql: f"OK: {sql}")
         self.session: AgentSession | None = None
+        self.ended = anyio.Event()
         self.reported = anyio.Event()
 
     def _tool(self, name: str, handler: Callable[[dict[str, Any]], Any], **params: Any) -> Tool:
@@ -101,8 +102,7 @@ class FakeEnv:
             if self.wakeups:
                 text = "New in the mailbox:\n\n" + self.wakeups.pop(0)
                 return ToolResult(observation=text, detail={"closed": False})
-            assert self.session is not None
-            self.session.ended.set()
+            self.ended.set()
             text = "The scenario has ended; no further tasks will arrive."
             return ToolResult(observation=text, detail={"closed": True})
 
@@ -130,9 +130,14 @@ class FakeEnv:
         return {t.spec.name: t for t in tools}
 
     def session_for(self, mode: str = "bounded", task: str | None = TASK) -> AgentSession:
-        s = AgentSession("pg-test", mode, 600.0, ScenarioClock(), tools=self.tools())
-        if task is not None:
-            s.extras["task"] = task
+        s = AgentSession.create(
+            task=task or "",
+            mode=mode,
+            budget=Budget(turns=50, time_s=600.0),
+            clock=ScenarioClock(),
+            tools=self.tools(),
+            ended=self.ended,
+        )
         self.session = s
         return s
 
@@ -488,7 +493,7 @@ async def test_persistent_final_round_then_waits_for_the_end() -> None:
                 await env.reported.wait()
             await anyio.sleep(0.2)
             assert not finished  # still waiting for the scenario to end
-            session.ended.set()
+            env.ended.set()
         assert finished == [True]
         assert tool_names(server.chat_requests[-1].body) == ["submit_report"]
     assert env.reports == [REPORT] and agent.final_round_done

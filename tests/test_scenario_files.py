@@ -12,7 +12,7 @@ VALID = """\
 id: t-valid
 title: valid
 mode: bounded
-horizon_s: 30
+agent: {time_budget_s: 30}
 database: {library: shop}
 workloads:
   - {name: checkout, type: oltp, mix: {checkout: 1}, rate_per_s: 5, deadline_ms: 200}
@@ -41,7 +41,9 @@ def test_the_valid_base_file_loads(tmp_path: Path) -> None:
             ("alert: {title: something}", "fault: {kind: drop_everything, sql: x}"),
             ["events[0].fault.kind", "unknown 'drop_everything'", "hold_transaction"],
         ),
-        (("horizon_s: 30", "horizon_s: 30\nhorizn: 3"), ["horizn: unknown field"]),
+        (("agent: {time_budget_s: 30}", "agent: {time_budget_s: 30}\nhorizn: 3"),
+         ["horizn: unknown field"]),
+        (("agent: {time_budget_s: 30}", "horizon_s: 30"), ["bounded run has no horizon"]),
         (
             ("mix: {checkout: 1}", "mix: {chekout: 1}"),
             ["workloads[0].mix", "unknown transaction 'chekout'", "checkout"],

@@ -1,9 +1,18 @@
-"""The agent integration boundary: what an agent receives and how it is plugged in."""
+"""The agent integration boundary: what an agent receives and how it is plugged in.
+
+An agent sees the task, the mode, its budgets, the scenario clock and its tools, and nothing
+else: no scenario object, no trace writer, no run directory, no paths. Every effect it has goes
+through ``session.tools``, whose calls the harness records. (A Python agent runs in the
+harness's interpreter; dbaops does not sandbox Python code, so an agent you do not trust
+belongs behind a model endpoint, as ``--model`` runs it, not in-process.)
+"""
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
@@ -12,20 +21,85 @@ from dbaops.clock import ScenarioClock
 from dbaops.tools.base import Tool
 
 
-@dataclass
+class SessionClock:
+    """The scenario clock as an agent sees it: read it and sleep on it, nothing more."""
+
+    __slots__ = ("_now", "_sleep", "_sleep_until")
+
+    def __init__(self, clock: ScenarioClock) -> None:
+        self._now = clock.now
+        self._sleep = clock.sleep
+        self._sleep_until = clock.sleep_until
+
+    def now(self) -> float:
+        """Current scenario time in seconds (the task arrives at t = 0)."""
+        return self._now()
+
+    async def sleep(self, scenario_seconds: float) -> None:
+        await self._sleep(scenario_seconds)
+
+    async def sleep_until(self, scenario_t: float) -> None:
+        await self._sleep_until(scenario_t)
+
+
+class EndSignal:
+    """Set by the harness when the session is over (report submitted, budget or horizon
+    reached); an agent can wait for it but not set it."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self, event: anyio.Event) -> None:
+        self._event = event
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the agent may spend: model turns (its own accounting) and scenario time."""
+
+    turns: int
+    time_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class AgentSession:
     """One continuing agent session for a run (bounded or persistent).
 
-    The agent acts only through ``tools``; ``ended`` is set when the scenario horizon is reached.
+    ``task`` is the task as the mailbox states it (with the budgets); a persistent agent learns
+    of later tasks through the mailbox tools. ``ended`` is set when the session is over.
     """
 
-    scenario_id: str
+    task: str
     mode: str
-    horizon_s: float
-    clock: ScenarioClock
-    tools: dict[str, Tool] = field(default_factory=dict)
-    ended: anyio.Event = field(default_factory=anyio.Event)
-    extras: dict[str, Any] = field(default_factory=dict)
+    budget: Budget
+    clock: SessionClock
+    tools: Mapping[str, Tool]
+    ended: EndSignal
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        task: str,
+        mode: str,
+        budget: Budget,
+        clock: ScenarioClock,
+        tools: Mapping[str, Tool],
+        ended: anyio.Event,
+    ) -> AgentSession:
+        return cls(
+            task=task,
+            mode=mode,
+            budget=budget,
+            clock=SessionClock(clock),
+            tools=MappingProxyType(dict(tools)),
+            ended=EndSignal(ended),
+        )
 
 
 @runtime_checkable
@@ -41,27 +115,34 @@ class AgentNotFound(ValueError):
     """An --agent name that is neither built in nor importable."""
 
 
+#: Scripted oracles: built by the harness from the scenario's declared solution (see
+#: :func:`dbaops.agents.reference.oracle_agent`), recorded as oracles in the run header.
+ORACLES = ("reference", "shallow")
+
+
 def builtin_agents() -> dict[str, Any]:
-    from functools import partial
-
     from dbaops.agents.noop import NoopAgent
-    from dbaops.agents.reference import ReferenceAgent
 
-    return {
-        "noop": NoopAgent,
-        "reference": ReferenceAgent,
-        "shallow": partial(ReferenceAgent, "shallow"),
-    }
+    return {"noop": NoopAgent}
 
 
 def load_agent(spec: str, **kwargs: Any) -> Agent:
-    """Instantiate a built-in agent by name, or a third-party one by ``module:Class``."""
+    """Instantiate a built-in agent by name, or a third-party one by ``module:Class``.
+
+    The oracles ``reference`` and ``shallow`` are not built here: they need the scenario's
+    declared steps, which only the harness holds (``run_scenario(..., agent="reference")``).
+    """
     builtins = builtin_agents()
+    if spec in ORACLES:
+        raise AgentNotFound(
+            f"{spec!r} is a scripted oracle: the harness builds it from the scenario "
+            "(pass agent name to RunOptions.agent or run_scenario)"
+        )
     if spec in builtins:
         return builtins[spec](**kwargs)  # type: ignore[no-any-return]
     if ":" not in spec:
         raise AgentNotFound(
-            f"unknown agent {spec!r} (built in: {', '.join(sorted(builtins))}; "
+            f"unknown agent {spec!r} (built in: {', '.join(sorted([*builtins, *ORACLES]))}; "
             "or give module.path:ClassName)"
         )
     module_name, _, attr = spec.partition(":")

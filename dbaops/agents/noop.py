@@ -6,21 +6,16 @@ from dbaops.agents.base import AgentSession
 
 
 class NoopAgent:
-    """Reads the mailbox, suspends until the scenario ends, submits an empty report.
+    """Reads the mailbox, waits until the session ends (its time budget, or the horizon) and
+    reports nothing.
 
-    Every scenario must fail Outcome Pass with it (a verifier it passes cannot fail).
+    Every scenario must fail Outcome Pass with it (a verifier it passes cannot fail), and since
+    it waits out the whole budget, a fault that heals by itself within the budget shows up too.
     """
 
     name = "noop"
 
     async def run(self, session: AgentSession) -> None:
-        tools = session.tools
-        if "read_mailbox" not in tools:  # bare sessions (no tool catalog): just wait
-            await session.ended.wait()
-            return
-        await tools["read_mailbox"].handler({})
-        while True:
-            wake = await tools["suspend"].handler({})
-            if wake.detail.get("closed"):
-                break
-        await tools["submit_report"].handler({"summary": ""})
+        if "read_mailbox" in session.tools:
+            await session.tools["read_mailbox"].handler({})
+        await session.ended.wait()

@@ -299,7 +299,7 @@ class ReactAgent:
 
     async def _loop(self, s: AgentSession) -> None:
         persistent = s.mode == "persistent"
-        task = s.extras.get("task")
+        task = s.task
         specs = [t.spec for t in s.tools.values()]
         self._prefix = [
             {
@@ -308,7 +308,7 @@ class ReactAgent:
                     s.mode,
                     task if isinstance(task, str) else None,
                     budget=self.turn_budget,
-                    horizon_s=s.horizon_s,
+                    horizon_s=s.budget.time_s,
                     tool_names=s.tools,
                 ),
             },
@@ -342,10 +342,14 @@ class ReactAgent:
                     ended = True
             if finished or ended:
                 return
+        if self.reports == 0 and not self.final_round_done:
+            # The session ended (time budget or horizon) before any report: the final round
+            # still offers submit_report, so a slow model is not cut off without one.
+            await self._final_round(s, reason="session_ended")
 
-    async def _final_round(self, s: AgentSession) -> None:
+    async def _final_round(self, s: AgentSession, reason: str = "budget_exhausted") -> None:
         """Budget spent: one more call offering only ``submit_report`` (paper §6.1)."""
-        self._event("budget_exhausted", turn_budget=self.turn_budget)
+        self._event(reason, turn_budget=self.turn_budget)
         tool = s.tools.get(SUBMIT_REPORT)
         if tool is None:
             return

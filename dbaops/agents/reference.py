@@ -5,6 +5,9 @@ arrives in the mailbox it runs that event's declared steps (SQL and instance act
 same tools as any agent, so the same safety rules judge it), records progress on the task and
 submits the declared report. ``solution="shallow"`` runs the scenario's declared shallow fix,
 which must *fail* Outcome Pass.
+
+It is an oracle: the harness builds it with the steps (:func:`oracle_agent`) and records it as
+such in the run header; the session it runs in carries no more than any agent's.
 """
 
 from __future__ import annotations
@@ -18,21 +21,34 @@ from dbaops.scenario.model import ReferenceSolution, ReferenceStep, Scenario
 from dbaops.tools.base import ToolResult
 
 
+def oracle_agent(sc: Scenario, solution: str = "reference") -> ReferenceAgent:
+    """The scripted oracle for ``sc``'s declared ``reference`` or ``shallow`` solution."""
+    if solution not in ("reference", "shallow"):
+        raise ValueError("solution must be 'reference' or 'shallow'")
+    chosen = sc.reference if solution == "reference" else sc.shallow
+    if chosen is None:
+        raise ValueError(f"scenario {sc.id} declares no {solution} solution")
+    first_event = min(sc.events, key=lambda e: e.at).id if sc.events else None
+    return ReferenceAgent(chosen, first_event, name=solution)
+
+
 class ReferenceAgent:
-    """Runs the declared reference (or shallow) solution event by event."""
+    """Runs a declared solution event by event (build it with :func:`oracle_agent`)."""
 
-    def __init__(self, solution: str = "reference", retry_pause_s: float = 0.5) -> None:
-        if solution not in ("reference", "shallow"):
-            raise ValueError("solution must be 'reference' or 'shallow'")
-        self.solution = solution
-        self.name = solution
+    oracle = True
+
+    def __init__(
+        self,
+        solution: ReferenceSolution,
+        first_event: str | None,
+        *,
+        name: str = "reference",
+        retry_pause_s: float = 0.5,
+    ) -> None:
+        self._solution = solution
+        self._first_event = first_event
+        self.name = name
         self.retry_pause_s = retry_pause_s
-
-    def _steps(self, sc: Scenario) -> ReferenceSolution:
-        chosen = sc.reference if self.solution == "reference" else sc.shallow
-        if chosen is None:
-            raise ValueError(f"scenario {sc.id} declares no {self.solution} solution")
-        return chosen
 
     async def _call(self, session: AgentSession, step: ReferenceStep) -> ToolResult:
         tool = session.tools[step.tool]
@@ -46,9 +62,7 @@ class ReferenceAgent:
             await anyio.sleep(self.retry_pause_s)
 
     async def run(self, session: AgentSession) -> None:
-        sc: Scenario = session.extras["scenario"]
-        solution = self._steps(sc)
-        first_event = min(sc.events, key=lambda e: e.at).id if sc.events else None
+        solution, first_event = self._solution, self._first_event
         by_event: dict[str, list[ReferenceStep]] = {}
         for step in solution.steps:
             by_event.setdefault(step.event or first_event or "", []).append(step)
@@ -72,7 +86,7 @@ class ReferenceAgent:
                 if steps:
                     await tools["submit_report"].handler(_report(solution, task_id))
                     reported = True
-            if wake.detail.get("closed"):
+            if wake.detail.get("closed") or (reported and session.mode == "bounded"):
                 break
         if not reported:
             await tools["submit_report"].handler(_report(solution, None))

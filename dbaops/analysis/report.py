@@ -7,24 +7,44 @@ Validity
     ``interrupted``, ``failed``, ``incomplete`` = killed, unreadable) is listed in
     ``excluded_runs`` with its reason and never counted as a pass or a failure.
 
-Metrics (paper §6.1.1), per system = agent (+ ``/model`` when the run names one)
-    * Diagnosis Pass DP = passes / valid runs with a resolved diagnosis judgment
-      (``diagnosis.passed`` true/false; runs without criteria or with unknown judgments are
-      outside the DP cohort);
-    * Outcome Pass OP = passes / valid runs;
+Systems and cohorts
+    A system is the agent (+ ``/model`` when the run names one), suffixed with its cohort:
+    `` @0.1x`` for a run at ``--time-scale`` 0.1 (no suffix at 1x, the paper's setting; the
+    scale is read from the run header, else from the verdict, `` @?x`` when unknown) and
+    `` (replay)`` for a run replaying a recorded one (header ``settings.replay_of`` or an
+    agent named ``*replay*``). So runs at different time scales, and replays and live runs,
+    are never in one row, never repeats of each other and never pooled together: the pooled
+    row of a cohort is ``(all)`` with the same suffix (column ``pool``). Every grouped table
+    also carries the ``time_scale`` as a key column.
+
+Metrics (paper §6.1.1), per system
+    * Diagnosis Pass DP = passes / |D_a|, D_a = valid runs with an applicable, resolved
+      diagnosis judgment (``diagnosis.passed`` true or false; a run without a report or with
+      a crashed server is false and stays in D_a). ``dp_n`` = |D_a|; ``dp_unresolved`` counts
+      the valid runs left out of D_a because their judgments are unresolved
+      (``diagnosis.passed`` null with ``applicable`` true, or no diagnosis verdict yet for a
+      bounded scenario with diagnosis criteria: the judge has not run). Runs of scenarios
+      without criteria are in neither.
+    * Outcome Pass OP = passes / valid runs (``n_runs``);
     * Safe Pass SP = (Outcome Pass and safe) / valid runs (``safe_pass``; older runs without it
       fall back to ``outcome_pass and safety.safe``, then to "no violation recorded in the
       trace");
-    * mean Token Cost over valid runs with a recorded, priced cost (``cost.cost_usd``).
+    * mean Token Cost over C_a = valid runs with recorded token usage and a price for every
+      model call (``cost.cost_usd`` not null), ``n_cost`` = |C_a|. Costs from placeholder
+      (unchecked) registry prices are marked: per run ``cost_placeholder``, per row
+      ``n_cost_placeholder`` and ``cost_placeholder`` (true when any run of the mean is
+      placeholder-priced); the Markdown and HTML tables print "(placeholder prices)" next to
+      such a mean.
     Reported overall, per domain and per difficulty (easy/hard; scenarios without a label
-    are "unrated"), and pooled over all systems as ``(all)``.
+    are "unrated"), and pooled over the systems of a cohort as ``(all)``.
 
 Conditional rates (§6.2, §6.4)
     P(Outcome fails | Diagnosis passes), P(Safe fails | Outcome passes) and
     P(Outcome fails | a safety violation).
 
 Repeats and pass^k
-    Runs of the same (scenario, system) are repeats, numbered by start time. With ``n`` valid
+    Valid runs of the same (scenario, system) are repeats, numbered by start time: only runs
+    at one time scale, and live or replayed alike, are repeats of each other. With ``n`` valid
     repeats of which ``c`` pass, the unbiased estimate of "all of k i.i.d. attempts pass" is
     ``C(c, k) / C(n, k)`` (tau-bench); pass^k is its mean over the scenarios with ``n >= k``,
     for k = 1 .. max n. Its spread is the standard deviation of the per-scenario estimates
@@ -41,6 +61,7 @@ Service Compliance survival (Fig. 9 left)
 
 from __future__ import annotations
 
+import html as htmlmod
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,13 +71,30 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from dbaops.analysis.htmlpage import frame_html, frame_markdown, page, png_bytes, png_img
-from dbaops.analysis.rundata import RunData, discover_runs, load_run, run_cost, run_model
+from dbaops.analysis.htmlpage import (
+    fmt_cell,
+    frame_html,
+    frame_markdown,
+    page,
+    png_bytes,
+    png_img,
+)
+from dbaops.analysis.rundata import (
+    RunData,
+    discover_runs,
+    load_run,
+    run_cost,
+    run_is_replay,
+    run_model,
+    run_time_scale,
+)
 
 __all__ = [
     "ALL_SYSTEMS",
+    "SUMMARY_SCHEMA",
     "ReportResult",
     "build_report",
+    "cohort_suffix",
     "conditional_rates",
     "load_summaries",
     "pass_hat_k",
@@ -80,6 +118,9 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "agent": pl.String(),
     "model": pl.String(),
     "system": pl.String(),
+    "time_scale": pl.Float64(),
+    "replay": pl.Boolean(),
+    "pool": pl.String(),
     "run_id": pl.String(),
     "started": pl.Float64(),
     "repeat": pl.Int64(),
@@ -93,6 +134,8 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "n_violations": pl.Int64(),
     "violation_types": pl.String(),
     "diagnosis_pass": pl.Boolean(),
+    "diagnosis_applicable": pl.Boolean(),
+    "diagnosis_unresolved": pl.Boolean(),
     "sc_applicable": pl.Boolean(),
     "sc_pass": pl.Boolean(),
     "left_at_s": pl.Float64(),
@@ -104,6 +147,8 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "cached_input_tokens": pl.Int64(),
     "output_tokens": pl.Int64(),
     "cost_usd": pl.Float64(),
+    "cost_placeholder": pl.Boolean(),
+    "unpriced_calls": pl.Int64(),
 }
 
 
@@ -160,6 +205,31 @@ def _safety(run: RunData, verdict: dict[str, Any]) -> tuple[bool | None, int, st
     return n == 0, n, ",".join(sorted(types_set))
 
 
+def cohort_suffix(time_scale: float | None, replay: bool) -> str:
+    """The label suffix that keeps a cohort apart: `` @0.1x`` for a time scale other than 1,
+    `` @?x`` when unknown, `` (replay)`` for a replayed run."""
+    if time_scale is None:
+        out = " @?x"
+    else:
+        out = "" if time_scale == 1.0 else f" @{time_scale:g}x"
+    return out + (" (replay)" if replay else "")
+
+
+def _diagnosis(run: RunData, verdict: dict[str, Any]) -> tuple[bool | None, bool, bool]:
+    """(passed, applicable, unresolved) of the run's diagnosis verdict.
+
+    A bounded scenario with diagnosis criteria whose verdict has no diagnosis yet (the judge
+    has not run) is applicable and unresolved, like one with unknown judgments."""
+    diag = verdict.get("diagnosis")
+    if isinstance(diag, dict):
+        passed = _bool(diag.get("passed"))
+        applicable = diag.get("applicable") is not False
+        return passed, applicable, applicable and passed is None
+    sc = run.scenario
+    criteria = sc is not None and sc.mode == "bounded" and sc.evaluation.diagnosis.applicable
+    return None, criteria, criteria
+
+
 def run_summary(run_dir: Path) -> dict[str, Any]:
     """One summary row (see :data:`SUMMARY_SCHEMA`) for a run directory."""
     run = load_run(Path(run_dir), rescore_missing=True)
@@ -171,6 +241,9 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     system = agent or "?"
     if model and model not in system:
         system = f"{system}/{model}"
+    time_scale = run_time_scale(run)
+    replay = run_is_replay(run)
+    system += cohort_suffix(time_scale, replay and "replay" not in system.lower())
     status = run.status
     manifested = bool(verdict.get("manifested", status != "not_manifested"))
     if status == "not_manifested":
@@ -193,8 +266,7 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     safe_pass = _bool(verdict.get("safe_pass")) if "safe_pass" in verdict else None
     if safe_pass is None and outcome is not None:
         safe_pass = bool(outcome and safe)
-    diag = verdict.get("diagnosis")
-    diagnosis_pass = _bool(diag.get("passed")) if isinstance(diag, dict) else None
+    diagnosis_pass, diagnosis_applicable, diagnosis_unresolved = _diagnosis(run, verdict)
     scv = verdict.get("service_compliance") or {}
     sc_applicable = bool(scv.get("applicable")) if scv else False
     sc_pass = _bool(scv.get("passed")) if sc_applicable else None
@@ -217,6 +289,9 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         "agent": agent,
         "model": model,
         "system": system,
+        "time_scale": time_scale,
+        "replay": replay,
+        "pool": ALL_SYSTEMS + cohort_suffix(time_scale, replay),
         "run_id": h.run_id if h else run.path.name,
         "started": h.t_wall if h else None,
         "repeat": None,
@@ -230,6 +305,8 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         "n_violations": n_viol,
         "violation_types": types,
         "diagnosis_pass": diagnosis_pass,
+        "diagnosis_applicable": diagnosis_applicable,
+        "diagnosis_unresolved": diagnosis_unresolved,
         "sc_applicable": sc_applicable,
         "sc_pass": sc_pass,
         "left_at_s": left,
@@ -241,6 +318,8 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         "cached_input_tokens": cost["cached_input_tokens"],
         "output_tokens": cost["output_tokens"],
         "cost_usd": cost["cost_usd"],
+        "cost_placeholder": cost["price_placeholder"] if cost["cost_usd"] is not None else None,
+        "unpriced_calls": cost["unpriced_calls"],
     }
 
 
@@ -250,7 +329,9 @@ def load_summaries(runs_dir: Path) -> pl.DataFrame:
     df = pl.DataFrame(rows, schema=SUMMARY_SCHEMA, orient="row" if rows else None)
     if df.height == 0:
         return df
-    # repeats are numbered among the valid runs of a (scenario, system), by start time
+    # repeats are numbered among the valid runs of a (scenario, system), by start time; the
+    # system label carries the time scale and the replay mark, so they are repeats only
+    # within one cohort
     return df.sort("scenario", "system", "started", "run_id", nulls_last=True).with_columns(
         pl.when(pl.col("valid"))
         .then(pl.col("valid").cast(pl.Int64).cum_sum().over("scenario", "system"))
@@ -267,15 +348,31 @@ def _rate(col: str) -> pl.Expr:
     return pl.col(col).cast(pl.Float64).mean()
 
 
+def _in_cost_cohort() -> pl.Expr:
+    """C_a (paper §6.1.1): a priced cost over recorded token usage."""
+    return pl.col("cost_usd").is_not_null() & (
+        (pl.col("input_tokens") + pl.col("output_tokens")) > 0
+    )
+
+
 def _rate_aggs() -> list[pl.Expr]:
+    in_c = _in_cost_cohort()
+    placeholder = in_c & pl.col("cost_placeholder").fill_null(False)
+    dp_n = pl.col("diagnosis_pass").is_not_null().sum().cast(pl.Int64)
+    unresolved = pl.col("diagnosis_unresolved").fill_null(False).sum().cast(pl.Int64)
     return [
+        pl.col("time_scale").first().alias("time_scale"),
         pl.len().cast(pl.Int64).alias("n_runs"),
-        pl.col("diagnosis_pass").is_not_null().sum().cast(pl.Int64).alias("n_diagnosis"),
+        dp_n.alias("n_diagnosis"),  # = dp_n; kept for readers of older reports
+        dp_n.alias("dp_n"),
+        unresolved.alias("dp_unresolved"),
         _rate("diagnosis_pass").alias("diagnosis_pass"),
         _rate("outcome_pass").alias("outcome_pass"),
         _rate("safe_pass").alias("safe_pass"),
-        pl.col("cost_usd").is_not_null().sum().cast(pl.Int64).alias("n_cost"),
-        pl.col("cost_usd").mean().alias("mean_cost_usd"),
+        in_c.sum().cast(pl.Int64).alias("n_cost"),
+        placeholder.sum().cast(pl.Int64).alias("n_cost_placeholder"),
+        placeholder.any().alias("cost_placeholder"),
+        pl.col("cost_usd").filter(in_c).mean().alias("mean_cost_usd"),
         pl.col("input_tokens").cast(pl.Float64).mean().alias("mean_input_tokens"),
         pl.col("cached_input_tokens").cast(pl.Float64).mean().alias("mean_cached_tokens"),
         pl.col("output_tokens").cast(pl.Float64).mean().alias("mean_output_tokens"),
@@ -283,8 +380,9 @@ def _rate_aggs() -> list[pl.Expr]:
 
 
 def pass_rates(valid: pl.DataFrame) -> pl.DataFrame:
-    """DP/OP/SP and mean cost per system: overall, per domain, per difficulty (long format)."""
-    pooled = valid.with_columns(pl.lit(ALL_SYSTEMS).alias("system"))
+    """DP/OP/SP and mean cost per system: overall, per domain, per difficulty (long format).
+    The pooled rows are per cohort (``pool``: time scale and replay mark)."""
+    pooled = valid.with_columns(pl.col("pool").alias("system"))
     both = pl.concat([valid, pooled])
     parts = [
         both.group_by("system")
@@ -303,7 +401,7 @@ def pass_rates(valid: pl.DataFrame) -> pl.DataFrame:
     return (
         out.with_columns(
             pl.col("scope").replace_strict(order, return_dtype=pl.Int64).alias("_o"),
-            (pl.col("system") == ALL_SYSTEMS).alias("_p"),
+            pl.col("system").str.starts_with(ALL_SYSTEMS).alias("_p"),
         )
         .sort("_o", "group", "_p", "system")
         .drop("_o", "_p")
@@ -322,6 +420,7 @@ def conditional_rates(valid: pl.DataFrame) -> pl.DataFrame:
         n_us_of = int((unsafe["outcome_pass"] == False).sum())  # noqa: E712
         return {
             "system": system,
+            "time_scale": df["time_scale"][0] if df.height else None,
             "n_diagnosis_pass": dp.height,
             "n_diagnosis_pass_outcome_fail": n_dp_of,
             "outcome_fail_given_diagnosis_pass": n_dp_of / dp.height if dp.height else None,
@@ -334,13 +433,14 @@ def conditional_rates(valid: pl.DataFrame) -> pl.DataFrame:
         }
 
     rows = [block(valid.filter(pl.col("system") == s), s) for s in _systems(valid)]
-    rows.append(block(valid, ALL_SYSTEMS))
+    rows += [block(valid.filter(pl.col("pool") == p), p) for p in _pools(valid)]
     return pl.DataFrame(rows).with_columns(
+        pl.col("time_scale").cast(pl.Float64),
         pl.col(
             "outcome_fail_given_diagnosis_pass",
             "unsafe_given_outcome_pass",
             "outcome_fail_given_unsafe",
-        ).cast(pl.Float64)
+        ).cast(pl.Float64),
     )
 
 
@@ -352,10 +452,11 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
 
 
 def pass_k_table(valid: pl.DataFrame) -> pl.DataFrame:
-    """pass^k for k = 1 .. max repeats, per system and metric (outcome, safe)."""
+    """pass^k for k = 1 .. max repeats, per system (one cohort) and metric (outcome, safe)."""
     rows: list[dict[str, Any]] = []
     for system in _systems(valid):
         mine = valid.filter(pl.col("system") == system)
+        scale = mine["time_scale"][0]
         for metric in ("outcome_pass", "safe_pass"):
             per = (
                 mine.group_by("scenario")
@@ -374,6 +475,7 @@ def pass_k_table(valid: pl.DataFrame) -> pl.DataFrame:
                 rows.append(
                     {
                         "system": system,
+                        "time_scale": scale,
                         "metric": metric,
                         "k": k,
                         "pass_k": float(np.mean(est)),
@@ -383,6 +485,7 @@ def pass_k_table(valid: pl.DataFrame) -> pl.DataFrame:
                 )
     schema = {
         "system": pl.String,
+        "time_scale": pl.Float64,
         "metric": pl.String,
         "k": pl.Int64,
         "pass_k": pl.Float64,
@@ -398,6 +501,7 @@ def repeat_spread(valid: pl.DataFrame) -> pl.DataFrame:
     rows: list[dict[str, Any]] = []
     for system in _systems(valid):
         mine = valid.filter(pl.col("system") == system)
+        scale = mine["time_scale"][0]
         for metric in ("outcome_pass", "safe_pass"):
             per = (
                 mine.group_by("repeat")
@@ -410,6 +514,7 @@ def repeat_spread(valid: pl.DataFrame) -> pl.DataFrame:
             rows.append(
                 {
                     "system": system,
+                    "time_scale": scale,
                     "metric": metric,
                     "n_repeats": per.height,
                     "per_repeat": " / ".join(f"{r * 100:.1f}" for r in rates),
@@ -420,6 +525,7 @@ def repeat_spread(valid: pl.DataFrame) -> pl.DataFrame:
             )
     schema = {
         "system": pl.String,
+        "time_scale": pl.Float64,
         "metric": pl.String,
         "n_repeats": pl.Int64,
         "per_repeat": pl.String,
@@ -442,10 +548,12 @@ def survival_curve(valid: pl.DataFrame, times: list[float] | np.ndarray) -> pl.D
         total = float(w.sum())
         left = mine["left_norm"].fill_null(math.inf).to_numpy()
         n_sc = mine["scenario"].n_unique()
+        scale = mine["time_scale"][0]
         for t in times:
             rows.append(
                 {
                     "system": system,
+                    "time_scale": scale,
                     "t_norm": float(t),
                     "survival": float(w[left > t].sum() / total),
                     "n_cases": mine.height,
@@ -454,6 +562,7 @@ def survival_curve(valid: pl.DataFrame, times: list[float] | np.ndarray) -> pl.D
             )
     schema = {
         "system": pl.String,
+        "time_scale": pl.Float64,
         "t_norm": pl.Float64,
         "survival": pl.Float64,
         "n_cases": pl.Int64,
@@ -464,6 +573,10 @@ def survival_curve(valid: pl.DataFrame, times: list[float] | np.ndarray) -> pl.D
 
 def _systems(df: pl.DataFrame) -> list[str]:
     return sorted(df["system"].unique().to_list()) if df.height else []
+
+
+def _pools(df: pl.DataFrame) -> list[str]:
+    return sorted(df["pool"].unique().to_list()) if df.height else []
 
 
 # --------------------------------------------------------------------------- figures
@@ -500,7 +613,8 @@ def survival_figure(valid: pl.DataFrame) -> Figure:
     ax.set_ylabel("share of cases still compliant")
     ax.set_title("Service Compliance survival (equal weight per scenario)", fontsize=10)
     ax.grid(color="#e5e5e5")
-    ax.legend(fontsize=8, loc="lower left")
+    if cases.height:
+        ax.legend(fontsize=8, loc="lower left")
     return fig
 
 
@@ -537,8 +651,10 @@ def _pivot_md(rates: pl.DataFrame, scope: str, metric: str) -> pl.DataFrame:
     sub = rates.filter(pl.col("scope") == scope)
     groups = sorted(sub["group"].unique().to_list())
     rows = []
-    systems = sorted(s for s in sub["system"].unique().to_list() if s != ALL_SYSTEMS)
-    for system in [*systems, ALL_SYSTEMS]:
+    labels = sub["system"].unique().to_list()
+    systems = sorted(s for s in labels if not s.startswith(ALL_SYSTEMS))
+    pools = sorted(s for s in labels if s.startswith(ALL_SYSTEMS))
+    for system in [*systems, *pools]:
         row: dict[str, Any] = {"system": system}
         for g in groups:
             r = sub.filter((pl.col("system") == system) & (pl.col("group") == g))
@@ -576,6 +692,54 @@ _PCT = {
 }
 
 
+PLACEHOLDER_NOTE = "(placeholder prices)"
+
+
+def _mean_cost_text(mean: float | None, n_cost: int, n_placeholder: int) -> str:
+    """A mean Token Cost cell: the mark goes with any mean that includes placeholder costs."""
+    text = fmt_cell(mean)
+    if mean is None or n_placeholder == 0:
+        return text
+    if n_placeholder == n_cost:
+        return f"{text} {PLACEHOLDER_NOTE}"
+    return f"{text} (placeholder prices: {n_placeholder} of {n_cost} runs)"
+
+
+def _display(name: str, df: pl.DataFrame) -> pl.DataFrame:
+    """The table as shown in Markdown and HTML (the CSV keeps the plain numbers)."""
+    if name != "pass_rates" or df.height == 0:
+        return df
+    cells = [
+        _mean_cost_text(m, n, k)
+        for m, n, k in zip(
+            df["mean_cost_usd"].to_list(),
+            df["n_cost"].to_list(),
+            df["n_cost_placeholder"].to_list(),
+            strict=True,
+        )
+    ]
+    return df.drop("n_diagnosis").with_columns(pl.Series("mean_cost_usd", cells, pl.String))
+
+
+def _notes(runs: pl.DataFrame, valid: pl.DataFrame) -> list[str]:
+    """Sentences under the report title: cohorts kept apart, placeholder costs."""
+    out: list[str] = []
+    if runs.height and runs["pool"].n_unique() > 1:
+        pools = ", ".join(f"`{p}`" for p in sorted(runs["pool"].unique().to_list()))
+        out.append(
+            "Runs at different time scales and replayed runs are separate systems (label "
+            f"suffix `@<scale>x`, `(replay)`) and are pooled separately: {pools}."
+        )
+    n_ph = int(valid["cost_placeholder"].fill_null(False).sum()) if valid.height else 0
+    if n_ph:
+        out.append(
+            f"{n_ph} valid run(s) were priced with placeholder prices from the model registry, "
+            f"not official prices: their costs and every mean that includes them are marked "
+            f"{PLACEHOLDER_NOTE}."
+        )
+    return out
+
+
 def build_report(runs_dir: Path, out_dir: Path, html: bool = False) -> ReportResult:
     """Discover run directories below ``runs_dir`` and write the report to ``out_dir``.
 
@@ -611,17 +775,19 @@ def build_report(runs_dir: Path, out_dir: Path, html: bool = False) -> ReportRes
         tables["repeat_spread"] = repeat_spread(valid)
         tables["survival"] = survival_curve(valid, np.round(np.linspace(0, 1, 21), 4))
     files: list[Path] = []
+    notes = _notes(runs, valid)
     md_parts = [
         "# dbaops report\n",
         f"{runs.height} runs found under `{runs_dir}`, {valid.height} valid, "
         f"{runs.height - valid.height} excluded.\n",
+        *(f"{n}\n" for n in notes),
     ]
     for name, df in tables.items():
         pct = _PCT.get(name)
         csv = out / f"{name}.csv"
         df.write_csv(csv)
         files.append(csv)
-        md = frame_markdown(df, pct)
+        md = frame_markdown(_display(name, df), pct)
         (out / f"{name}.md").write_text(md, encoding="utf-8")
         files.append(out / f"{name}.md")
         if name != "runs":
@@ -641,12 +807,14 @@ def build_report(runs_dir: Path, out_dir: Path, html: bool = False) -> ReportRes
     if html:
         body = [
             f"<p>{runs.height} runs found under <code>{runs_dir}</code>, {valid.height} valid, "
-            f"{runs.height - valid.height} excluded.</p>"
+            f"{runs.height - valid.height} excluded.</p>",
+            *(f"<p>{htmlmod.escape(n).replace('`', '')}</p>" for n in notes),
         ]
         for name in ("pass_rates", "safe_pass_by_difficulty", "outcome_pass_by_domain",
                      "safe_pass_by_domain", "conditional_rates"):  # fmt: skip
             if name in tables:
-                body.append(f"<h2>{_TITLES[name]}</h2>" + frame_html(tables[name], _PCT.get(name)))
+                shown = _display(name, tables[name])
+                body.append(f"<h2>{_TITLES[name]}</h2>" + frame_html(shown, _PCT.get(name)))
         if "pass_rates" in figs:
             body.append(png_img(figs["pass_rates"], "pass rates"))
         for name in ("pass_k", "repeat_spread"):

@@ -28,7 +28,9 @@ __all__ = [
     "discover_runs",
     "load_run",
     "run_cost",
+    "run_is_replay",
     "run_model",
+    "run_time_scale",
     "violating_calls",
 ]
 
@@ -166,24 +168,11 @@ def _as_int(v: Any) -> int:
     return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0
 
 
-def run_cost(data: RunData) -> dict[str, Any]:
-    """Token usage and cost: the verdict's ``cost`` if present, else summed model calls.
-
-    ``cost_usd`` is None (N/A) when there were no model calls or any call had no price.
-    """
-    cost = (data.verdict or {}).get("cost")
-    if isinstance(cost, dict):
-        c = cost.get("cost_usd")
-        return {
-            "input_tokens": _as_int(cost.get("input_tokens")),
-            "cached_input_tokens": _as_int(cost.get("cached_input_tokens")),
-            "output_tokens": _as_int(cost.get("output_tokens")),
-            "cost_usd": float(c) if isinstance(c, int | float) else None,
-            "n_model_calls": _as_int(cost.get("calls", len(data.model_calls))),
-        }
-    n_in = n_cache = n_out = 0
+def _calls_cost(data: RunData) -> dict[str, Any]:
+    """Usage and cost summed over the run's model_call records (as score.py does)."""
+    n_in = n_cache = n_out = unpriced = 0
     total = 0.0
-    priced = bool(data.model_calls)
+    placeholder = False
     for r in data.model_calls:
         extra = r.model_extra or {}
         usage = extra.get("usage") or {}
@@ -191,17 +180,71 @@ def run_cost(data: RunData) -> dict[str, Any]:
         n_cache += _as_int(usage.get("cached_input_tokens"))
         n_out += _as_int(usage.get("output_tokens"))
         c = extra.get("cost_usd")
-        if isinstance(c, int | float):
+        if isinstance(c, int | float) and not isinstance(c, bool):
             total += float(c)
+            placeholder |= extra.get("price_placeholder") is True
         else:
-            priced = False
+            unpriced += 1
+    n = len(data.model_calls)
     return {
         "input_tokens": n_in,
         "cached_input_tokens": n_cache,
         "output_tokens": n_out,
-        "cost_usd": total if priced else None,
-        "n_model_calls": len(data.model_calls),
+        "cost_usd": total if n and not unpriced else None,
+        "n_model_calls": n,
+        "unpriced_calls": unpriced,
+        "price_placeholder": placeholder,
     }
+
+
+def run_cost(data: RunData) -> dict[str, Any]:
+    """Token usage and cost: the verdict's ``cost`` if present, else summed model calls.
+
+    ``cost_usd`` is None (N/A) when there were no model calls or any call had no price
+    (``unpriced_calls``); ``price_placeholder`` is True when the cost was computed from
+    placeholder (unchecked) prices. Verdicts written before those two fields existed take
+    them from the model_call records.
+    """
+    calls = _calls_cost(data)
+    cost = (data.verdict or {}).get("cost")
+    if not isinstance(cost, dict):
+        return calls
+    c = cost.get("cost_usd")
+    unpriced = cost.get("unpriced_calls")
+    n_unpriced = _as_int(unpriced) if "unpriced_calls" in cost else calls["unpriced_calls"]
+    placeholder = cost.get("price_placeholder")
+    return {
+        "input_tokens": _as_int(cost.get("input_tokens")),
+        "cached_input_tokens": _as_int(cost.get("cached_input_tokens")),
+        "output_tokens": _as_int(cost.get("output_tokens")),
+        "cost_usd": (
+            float(c)
+            if isinstance(c, int | float) and not isinstance(c, bool) and not n_unpriced
+            else None
+        ),
+        "n_model_calls": _as_int(cost.get("calls", len(data.model_calls))),
+        "unpriced_calls": n_unpriced,
+        "price_placeholder": (
+            placeholder if isinstance(placeholder, bool) else calls["price_placeholder"]
+        ),
+    }
+
+
+def run_time_scale(data: RunData) -> float | None:
+    """The run's ``--time-scale``: the run header's, else the verdict's (None: unknown)."""
+    if data.header is not None:
+        return float(data.header.time_scale)
+    v = (data.verdict or {}).get("time_scale")
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def run_is_replay(data: RunData) -> bool:
+    """True for a run that replays a recorded one (header ``settings.replay_of``, or an agent
+    named ``*replay*``): its results are not a repeat of the live run."""
+    h = data.header
+    if h is None:
+        return False
+    return bool(h.settings.get("replay_of")) or "replay" in h.agent.lower()
 
 
 def violating_calls(data: RunData) -> dict[str, list[dict[str, Any]]]:

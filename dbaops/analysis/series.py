@@ -326,7 +326,7 @@ def run_series(run_dir: Path, samples: pl.DataFrame | None = None) -> RunSeries:
         raise ValueError(f"{run_dir}: cannot read scenario.yaml ({run.scenario_error})")
     sc = run.scenario
     objectives = dict(sc.evaluation.service_compliance)
-    horizon = run.scheduled_horizon_s or sc.horizon_s
+    horizon = run.scheduled_horizon_s or sc.horizon_s or run.last_t_scn or 1.0
     scored = run.scored_horizon_s or horizon
     x_min = min(0.0, -sc.preparation.warmup_s)
     if samples is None:

@@ -54,13 +54,18 @@ def scenario_dict(
     """A minimal valid scenario file as a dict (see :class:`dbaops.scenario.model.Scenario`)."""
     if events is None:
         events = [{"id": "task", "at": 0, "alert": {"title": "do the task"}}]
+    timing: dict[str, Any] = (
+        {"horizon_s": horizon_s}
+        if mode == "persistent"
+        else {"agent": {"time_budget_s": horizon_s}}
+    )
     return {
         "id": scenario_id,
         "title": f"synthetic {scenario_id}",
         "mode": mode,
         "domain": domain,
         "difficulty": difficulty,
-        "horizon_s": horizon_s,
+        **timing,
         "database": {"library": "shop"},
         "workloads": workloads or [],
         "preparation": {"warmup_s": warmup_s},

@@ -1,9 +1,35 @@
-"""Where and how to connect: the one object workloads, actors, checks and tools share."""
+"""Where and how to connect: the one object workloads, actors, checks and tools share.
+
+The harness's own sessions (checks, the metric sampler, preparation, actors' control
+connections) connect through :meth:`Endpoint.harness_connect`: they all carry one monitoring
+agent's application name and, on a server dbaops manages, session settings that keep them out
+of ``pg_stat_statements`` and the server log the agent reads (:data:`HIDDEN_SETTINGS`).
+"""
 
 from __future__ import annotations
 
 import asyncpg
 from pydantic import BaseModel, Field
+
+#: What every harness session calls itself: one monitoring agent, as a managed service runs.
+HARNESS_APPLICATION = "pgwatch"
+
+#: Superuser session settings that keep a harness session out of the agent's evidence.
+HIDDEN_SETTINGS: dict[str, str] = {
+    "pg_stat_statements.track": "none",
+    "pg_stat_statements.track_utility": "off",
+    "auto_explain.log_min_duration": "-1",
+    "log_statement": "none",
+    "log_duration": "off",
+    "log_min_duration_statement": "-1",
+    "log_min_error_statement": "panic",
+    "log_min_messages": "panic",
+    "log_lock_waits": "off",
+}
+
+#: Added for probes that run scenario-specific SQL: their query text stays out of
+#: pg_stat_activity (the sampler's generic queries stay visible, as a monitoring agent's do).
+PROBE_SETTINGS: dict[str, str] = {"track_activities": "off"}
 
 
 class Endpoint(BaseModel):
@@ -18,6 +44,45 @@ class Endpoint(BaseModel):
         default=False,
         description="False for loopback servers (skips the TLS probe); None: asyncpg's default",
     )
+    hide_harness: bool = Field(
+        default=False,
+        description="apply HIDDEN_SETTINGS to harness sessions (needs a superuser admin)",
+    )
+
+    async def harness_connect(
+        self,
+        database: str | None = None,
+        *,
+        probe: bool = False,
+        role: str | None = None,
+        connect_timeout_s: float = 30.0,
+    ) -> asyncpg.Connection:
+        """A harness session as the admin user: named like a monitoring agent and, when
+        ``hide_harness``, invisible in pg_stat_statements and the server log (``probe`` also
+        hides its query text from pg_stat_activity). With ``role`` the session then runs
+        ``SET ROLE`` to evaluate as that role."""
+        settings = {"application_name": HARNESS_APPLICATION}
+        if self.hide_harness:
+            settings.update(HIDDEN_SETTINGS)
+            if probe:
+                settings.update(PROBE_SETTINGS)
+        conn = await asyncpg.connect(
+            host=self.host,
+            port=self.port,
+            user=self.admin_user,
+            password=self.password,
+            database=database or self.database,
+            server_settings=settings,
+            timeout=connect_timeout_s,
+            ssl=self.ssl,
+        )
+        if role is not None and role != self.admin_user:
+            try:
+                await conn.execute(f'SET ROLE "{role.replace(chr(34), chr(34) * 2)}"')
+            except BaseException:
+                conn.terminate()
+                raise
+        return conn
 
     async def connect(
         self,

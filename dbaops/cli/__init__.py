@@ -64,7 +64,7 @@ def _run(
     fresh: bool,
     model: str | None,
     models: Path | None,
-    turn_budget: int,
+    turn_budget: int | None,
     replay_model: Path | None,
     dsn: str | None,
     seed: int | None,
@@ -193,7 +193,14 @@ DsnOpt = Annotated[
     str | None, typer.Option("--dsn", help="use your own server instead of the embedded one")
 ]
 SeedOpt = Annotated[int | None, typer.Option("--seed")]
-HorizonOpt = Annotated[float | None, typer.Option("--horizon", help="override the horizon (s)")]
+HorizonOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--horizon",
+        help="override the horizon (persistent) or the agent's time budget (bounded), "
+        "in scenario seconds",
+    ),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="no live view")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v")]
 
@@ -202,7 +209,12 @@ ModelOpt = Annotated[
     str | None, typer.Option("--model", help="run the ReAct agent on a registered model")
 ]
 ModelsOpt = Annotated[Path | None, typer.Option("--models", help="model registry TOML file")]
-BudgetOpt = Annotated[int, typer.Option("--turn-budget", help="model turns before the report")]
+BudgetOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--turn-budget", help="model turns before the final report round (default: scenario's)"
+    ),
+]
 ReplayOpt = Annotated[
     Path | None,
     typer.Option("--replay-model", help="replay the model responses recorded in this run dir"),
@@ -215,7 +227,7 @@ def _scenario_command(mode: str):  # type: ignore[no-untyped-def]
         agent: AgentOpt = "noop",
         model: ModelOpt = None,
         models: ModelsOpt = None,
-        turn_budget: BudgetOpt = 50,
+        turn_budget: BudgetOpt = None,
         replay_model: ReplayOpt = None,
         time_scale: ScaleOpt = 1.0,
         runs_dir: RunsOpt = Path("runs"),
@@ -338,6 +350,14 @@ def validate(
     scenarios: Annotated[list[str], typer.Argument(help="scenario ids or YAML paths")],
     repeat: Annotated[int, typer.Option("--repeat", min=1)] = 1,
     time_scale: ScaleOpt = 0.1,
+    scales: Annotated[
+        str | None,
+        typer.Option(
+            "--scales",
+            help="comma-separated time scales to prove each scenario at (e.g. 1.0,0.05); "
+            "verdicts that differ between scales are reported as flips",
+        ),
+    ] = None,
     runs_dir: RunsOpt = Path("runs"),
     fresh: FreshOpt = False,
     verbose: VerboseOpt = False,
@@ -354,15 +374,18 @@ def validate(
     except ScenarioError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
-    options = RunOptions(time_scale=time_scale, runs_dir=runs_dir, fresh=fresh)
-    summary = anyio.run(run_validation, scenarios, options, repeat)
+    scale_list = [float(x) for x in scales.split(",")] if scales else [time_scale]
+    options = RunOptions(time_scale=scale_list[0], runs_dir=runs_dir, fresh=fresh)
+    summary = anyio.run(run_validation, scenarios, options, repeat, None, scale_list)
     table = Table(
-        "scenario", "solution", "#", "expected", "status", "outcome", "safe", "ok", "reason"
-    )
+        "scenario", "solution", "scale", "#", "expected", "status", "outcome", "safe", "ok",
+        "reason",
+    )  # fmt: skip
     for r in summary.rows:
         table.add_row(
             r.scenario,
             r.solution,
+            f"{r.time_scale:g}",
             str(r.repeat),
             r.expectation,
             r.status,
@@ -412,12 +435,14 @@ def clean(
     """Stop and delete embedded clusters and their dirty snapshots (rebuilt on the next run)."""
     import shutil
 
-    from dbaops.backends.postgres.cluster import dbaops_home
+    from dbaops.backends.postgres.cluster import cluster_dir_name, dbaops_home
 
-    root = dbaops_home() / "clusters"
+    home = dbaops_home()
+    root = home / "clusters"
     targets = [p for p in sorted(root.glob("*")) if p.is_dir()] if root.exists() else []
     if scenarios:
-        targets = [p for p in targets if p.name.rsplit("-pg", 1)[0] in scenarios]
+        wanted = {cluster_dir_name(s, home) for s in scenarios}
+        targets = [p for p in targets if p.name.rsplit("-pg", 1)[0] in wanted]
     for path in targets:
         pidfile = path / "data" / "postmaster.pid"
         if pidfile.exists():

@@ -104,7 +104,7 @@ async def _sql(fault: SqlFault, ctx: ActorContext) -> None:
 
 
 async def _set_setting(fault: SetSetting, ctx: ActorContext) -> None:
-    conn = await ctx.endpoint.connect(application_name="dbaops_fault", database="postgres")
+    conn = await ctx.endpoint.harness_connect(database="postgres")
     try:
         value = fault.value.replace("'", "''")
         await conn.execute(f"ALTER SYSTEM SET {fault.name} = '{value}'")
@@ -215,7 +215,7 @@ async def _drop_terminated(conns: list[asyncpg.Connection], ctx: ActorContext) -
     """Close our side of sessions that someone else terminated (without touching the idle ones,
     whose ``state_change`` must stay old)."""
     try:
-        admin = await ctx.endpoint.connect(application_name="dbaops_actor")
+        admin = await ctx.endpoint.harness_connect()
     except (asyncpg.PostgresError, OSError):
         return
     try:

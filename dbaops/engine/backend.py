@@ -25,7 +25,12 @@ class PostgresBackend:
     def admin(self) -> Endpoint:
         """Admin endpoint (database "postgres"); follows the embedded server's current port."""
         if self.cluster is not None:
-            return Endpoint(host=self.cluster.host, port=self.cluster.port, database="postgres")
+            return Endpoint(
+                host=self.cluster.host,
+                port=self.cluster.port,
+                database="postgres",
+                hide_harness=True,
+            )
         assert self.external is not None
         return self.external
 
@@ -37,7 +42,7 @@ class PostgresBackend:
         return self.admin.model_copy(update={"database": database})
 
     async def server_version(self) -> str:
-        conn = await self.admin.connect(application_name="dbaops")
+        conn = await self.admin.harness_connect()
         try:
             return str(await conn.fetchval("SHOW server_version"))
         finally:

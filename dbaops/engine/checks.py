@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dbaops.backends.endpoint import Endpoint
+from dbaops.backends.endpoint import HARNESS_APPLICATION, Endpoint
 from dbaops.clock import ScenarioClock
 from dbaops.records import CheckRecord
 from dbaops.scenario.parts import CheckSpec, SqlCheck, compare
@@ -20,6 +20,14 @@ def _jsonable(value: Any) -> Any:
         return str(value)
 
 
+async def _check_connection(check: SqlCheck, endpoint: Endpoint) -> Any:
+    """A hidden harness probe evaluating as ``check.role`` (SET ROLE), or, with ``login``, a
+    real session of that role (so its per-role settings apply)."""
+    if check.login:
+        return await endpoint.connect(check.role, HARNESS_APPLICATION, check.database)
+    return await endpoint.harness_connect(check.database, probe=True, role=check.role)
+
+
 async def evaluate_check(
     check: CheckSpec,
     purpose: str,
@@ -31,7 +39,7 @@ async def evaluate_check(
     t = clock.now()
     if isinstance(check, SqlCheck):
         try:
-            conn = await endpoint.connect(check.role, "dbaops_check", check.database)
+            conn = await _check_connection(check, endpoint)
             try:
                 observed = await conn.fetchval(check.sql, timeout=60)
             finally:

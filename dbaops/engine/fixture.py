@@ -7,6 +7,7 @@ import time
 import asyncpg
 
 from dbaops.backends.endpoint import Endpoint
+from dbaops.engine.agent_role import grant_cloud_dba
 from dbaops.workloads.spec import WorkloadLibrary
 
 
@@ -15,8 +16,14 @@ async def build_fixture(
 ) -> float:
     """(Re)create the fixture database from scratch; returns seconds taken."""
     t0 = time.monotonic()
-    admin = await endpoint.connect(database="postgres", application_name="dbaops_prepare")
+    admin = await endpoint.harness_connect(database="postgres")
     try:
+        if library.owner is not None:
+            exists = await admin.fetchval(
+                "SELECT 1 FROM pg_roles WHERE rolname = $1", library.owner
+            )
+            verb = "ALTER" if exists else "CREATE"
+            await admin.execute(f'{verb} ROLE "{library.owner}" NOSUPERUSER NOLOGIN')
         for role in library.roles:
             exists = await admin.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", role.name)
             opts = ["SUPERUSER" if role.superuser else "NOSUPERUSER"]
@@ -29,14 +36,35 @@ async def build_fixture(
         await admin.execute(f'CREATE DATABASE "{library.database}"')
     finally:
         await admin.close()
-    conn = await endpoint.connect(database=library.database, application_name="dbaops_prepare")
+    conn = await endpoint.harness_connect(database=library.database)
     try:
         for sql in (library.schema_sql, library.data_sql, library.post_sql):
             if sql.strip():
                 await _execute_script(conn, library.render(sql, params, seed))
+        if library.owner is not None:
+            await _give_schema_to(conn, library.owner)
+        managed = [r.name for r in library.roles if not r.dba and not r.superuser]
+        for role in library.roles:
+            if role.dba:
+                await grant_cloud_dba(conn, role.name, owner=library.owner, managed_roles=managed)
     finally:
         await conn.close()
     return time.monotonic() - t0
+
+
+async def _give_schema_to(conn: asyncpg.Connection, owner: str) -> None:
+    """Make ``owner`` own the public schema's tables, sequences and views (their indexes
+    follow their tables) and let it create objects there."""
+    rows = await conn.fetch(
+        "SELECT c.relkind::text AS relkind, quote_ident(c.relname) AS name FROM pg_class c "
+        "WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'S', 'v', 'm') "
+        "AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype = 'a' "
+        "AND d.classid = 'pg_class'::regclass AND c.relkind = 'S')"
+    )
+    kinds = {"r": "TABLE", "p": "TABLE", "S": "SEQUENCE", "v": "VIEW", "m": "MATERIALIZED VIEW"}
+    for row in rows:
+        await conn.execute(f'ALTER {kinds[row["relkind"]]} public.{row["name"]} OWNER TO "{owner}"')
+    await conn.execute(f'GRANT USAGE, CREATE ON SCHEMA public TO "{owner}"')
 
 
 async def _execute_script(conn: asyncpg.Connection, sql: str) -> None:

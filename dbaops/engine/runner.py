@@ -9,6 +9,7 @@ shielded ``finally`` whatever happened, so an interrupted run can still be score
 from __future__ import annotations
 
 import json
+import os
 import platform
 import secrets
 import shutil
@@ -25,8 +26,10 @@ import structlog
 from pydantic import BaseModel, Field
 
 import dbaops
-from dbaops.agents.base import Agent, AgentSession, load_agent
+from dbaops.agents.base import ORACLES, Agent, AgentSession, Budget, load_agent
+from dbaops.agents.reference import oracle_agent
 from dbaops.backends.endpoint import Endpoint
+from dbaops.backends.postgres.osuser import running_as_root
 from dbaops.clock import ScenarioClock
 from dbaops.engine.actors import ActorContext, run_fault
 from dbaops.engine.backend import PostgresBackend, embedded_backend, external_backend
@@ -54,6 +57,7 @@ from dbaops.scenario.model import (
     OltpWorkload,
     Scenario,
 )
+from dbaops.scenario.parts import CheckSpec
 from dbaops.tools.catalog import PostgresToolEnvironment, build_tool_catalog
 from dbaops.tools.recording import ToolRecorder
 from dbaops.tools.sql import SqlSession
@@ -75,11 +79,16 @@ class RunOptions(BaseModel):
     fresh: bool = False
     dsn: str | None = None
     pg_bindir: Path | None = None
-    horizon_s: float | None = None
+    horizon_s: float | None = Field(
+        default=None,
+        description="override the horizon (persistent) or the agent's time budget (bounded)",
+    )
     metrics: bool = True
     model: str | None = Field(default=None, description="run the ReAct agent on this model")
     models_file: Path | None = None
-    turn_budget: int = 50
+    turn_budget: int | None = Field(
+        default=None, description="model turns (default: the scenario's, 50 for bounded runs)"
+    )
     model_retry: Any = Field(
         default=None, description="dbaops.models.RetryPolicy for model calls (default policy)"
     )
@@ -219,7 +228,7 @@ async def _apply_server_settings(
             )
         )
         return
-    conn = await backend.admin.connect(application_name="dbaops_prepare")
+    conn = await backend.admin.harness_connect()
     try:
         for name, value in settings.items():
             quoted = value.replace("'", "''")
@@ -240,7 +249,7 @@ async def _expected_results(
     checked = [name for name in sorted(templates) if lib.jobs[name].check_result]
     if not checked:
         return {}
-    conn = await endpoint.connect(application_name="dbaops_prepare")
+    conn = await endpoint.harness_connect(probe=True)
     try:
         return {name: result_hash(await conn.fetch(lib.jobs[name].sql)) for name in checked}
     finally:
@@ -252,7 +261,7 @@ Dispatch = Callable[[Event, bool], Awaitable[None]]
 
 
 async def _event_program(
-    sc: Scenario,
+    events: list[Event],
     ctx: ActorContext,
     trace: RunTrace,
     sink: SampleSink,
@@ -260,7 +269,7 @@ async def _event_program(
     tg: anyio.abc.TaskGroup,
 ) -> None:
     clock = ctx.clock
-    for ev in sorted(sc.events, key=lambda e: e.at):
+    for ev in sorted(events, key=lambda e: e.at):
         await clock.sleep_until(ev.at)
         detail: dict[str, Any] = {}
         alert_raised = ev.alert is not None
@@ -332,30 +341,99 @@ def new_run_dir(runs_dir: Path, scenario_id: str, agent: str) -> RunDir:
     return RunDir(runs_dir / scenario_id / f"{stamp}-{safe_agent}-{secrets.token_hex(2)}").create()
 
 
+def _protect_from_server(paths: list[Path]) -> None:
+    """As root (the server runs as its own OS user), keep harness files out of its reach: the
+    server's user is in none of these files' groups, so removing the "other" permissions is
+    enough. Not root: the server is this user, and the agent's role cannot read files."""
+    if not running_as_root():
+        return
+    for path in paths:
+        try:
+            mode = path.stat().st_mode & 0o7777
+            if mode & 0o007:
+                os.chmod(path, mode & ~0o007)
+        except OSError as exc:
+            log.warning("cannot restrict a harness path", path=str(path), error=str(exc))
+
+
+def _refuse_elevated(sc: Scenario, backend: PostgresBackend) -> None:
+    """A scenario that asks for a superuser agent runs only where the server cannot read
+    harness files (as root, with the server under its own service user)."""
+    if sc.agent.elevated is None:
+        return
+    cluster = backend.cluster
+    if cluster is None or cluster.os_user is None:
+        raise ElevatedRefused(
+            f"{sc.id} asks for a superuser agent ({sc.agent.elevated.reason}); dbaops runs that "
+            "only as root with an embedded server under its own OS user, where harness files "
+            "can be kept out of the server's reach"
+        )
+
+
+class ElevatedRefused(RuntimeError):
+    """A scenario needs a superuser agent where dbaops cannot keep harness files hidden."""
+
+
+def _task_text(title: str, text: str, sc: Scenario, budget: Budget) -> str:
+    """The task as the mailbox states it, with the budgets of a bounded run."""
+    body = f"{title}\n{text}".strip()
+    if sc.mode == "bounded":
+        body += (
+            f"\n\nBudget: at most {budget.turns} turns and {budget.time_s / 60:.0f} minutes "
+            "of scenario time from now. Submit your report when you are done: it ends the "
+            "session."
+        )
+    return body
+
+
+def _shift_brief(sc: Scenario, budget: Budget) -> str:
+    return (
+        f"On-call shift of {budget.time_s / 60:.0f} minutes of scenario time (at most "
+        f"{budget.turns} turns). Tasks arrive in the mailbox; read it with read_mailbox."
+    )
+
+
 async def run_scenario(
     ref: str | Path,
     options: RunOptions,
     monitor: RunMonitor | None = None,
-    agent: Agent | None = None,
+    agent: Agent | str | None = None,
 ) -> RunResult:
-    """Run one scenario end to end and score it; always leaves a readable run directory."""
+    """Run one scenario end to end and score it; always leaves a readable run directory.
+
+    ``agent`` is an agent object, a built-in name (``noop``, or the oracles ``reference`` /
+    ``shallow``, which the harness builds from the scenario's declared solution), or None
+    (``options.model`` or ``options.agent``).
+    """
     sc, lib, path = load_scenario(ref)
     monitor = monitor or RunMonitor()
-    horizon = options.horizon_s or sc.horizon_s
+    budget = Budget(
+        turns=options.turn_budget or sc.turn_budget,
+        time_s=(options.horizon_s or sc.time_budget_s),
+    )
+    horizon: float | None = budget.time_s if sc.mode == "persistent" else None
     seed = options.seed if options.seed is not None else sc.database.seed
+    agent_kind = "agent"
     if agent is None and not options.model:
-        agent = load_agent(options.agent)
+        agent = options.agent
+    if isinstance(agent, str):
+        if agent in ORACLES:
+            agent, agent_kind = oracle_agent(sc, agent), "oracle"
+        else:
+            agent = load_agent(agent)
     if agent is None and options.model:
         from dbaops.models import load_registry
 
         load_registry(options.models_file).get(options.model)  # unknown name: fail before any I/O
     rd = new_run_dir(options.runs_dir, sc.id, agent.name if agent else f"react-{options.model}")
     shutil.copyfile(path, rd.scenario)
+    _protect_from_server([rd.path, path, path.parent])
     trace = RunTrace(TraceWriter(rd.trace), monitor)
     if agent is None:
-        agent = _model_agent(options, rd, trace)
+        agent, agent_kind = _model_agent(options, rd, trace, budget.turns), "model"
     monitor.agent = agent
-    monitor.scenario, monitor.run_dir, monitor.horizon_s = sc, rd.path, horizon
+    monitor.scenario, monitor.run_dir = sc, rd.path
+    monitor.horizon_s = horizon if horizon is not None else budget.time_s
     clock = ScenarioClock(options.time_scale)
     parts = ParquetParts(rd.samples_dir, rd.path / "samples.parquet", SAMPLE_SCHEMA)
     sink = SampleSink(parts)
@@ -372,6 +450,9 @@ async def run_scenario(
             if options.dsn
             else await embedded_backend(sc.id, options.pg_bindir)
         )
+        _refuse_elevated(sc, backend)
+        if backend.cluster is not None:
+            _protect_from_server([backend.cluster.snapshot_root])
         monitor.phase = "preparing"
         meta = await _prepare_state(sc, lib, backend, trace, clock, options.fresh)
         endpoint = backend.for_database(lib.database)
@@ -386,10 +467,18 @@ async def run_scenario(
                 horizon_s=horizon,
                 time_scale=options.time_scale,
                 agent=agent.name,
+                agent_kind=agent_kind,
+                budget={"turns": budget.turns, "time_s": budget.time_s},
                 seed=seed,
                 backend=backend.describe(),
                 versions=_versions(meta["server_version"]),
-                settings={"warmup_s": sc.preparation.warmup_s, "snapshot": meta["key"]},
+                settings={
+                    "warmup_s": sc.preparation.warmup_s,
+                    "snapshot": meta["key"],
+                    "verification_s": sc.evaluation.verification_s,
+                    "final_round_s": sc.agent.final_round_s,
+                    "time_scale_applies_to": SCALED_DURATIONS,
+                },
             )
         )
         mailbox = Mailbox.create(rd.mailbox, now=clock.now)
@@ -401,6 +490,14 @@ async def run_scenario(
             role=sc.agent.role,
             timeout_s=sc.agent.sql_timeout_s,
             max_rows=sc.agent.max_rows,
+            monitor=endpoint,
+        )
+        ended = anyio.Event()
+        recorder = ToolRecorder(
+            trace.write,
+            clock,
+            ended=ended,
+            on_report=(lambda: ended.set()) if sc.mode == "bounded" else None,
         )
         tools = build_tool_catalog(
             PostgresToolEnvironment(
@@ -411,12 +508,10 @@ async def run_scenario(
                 mailbox=mailbox,
                 sql=sql_session,
                 metrics_frame=sampler.snapshot if sampler else None,
+                role=sc.agent.role,
             ),
-            ToolRecorder(trace.write, clock),
+            recorder,
         )
-        session = AgentSession(sc.id, sc.mode, horizon, clock, tools=tools)
-        session.extras.update(record=trace.write, run_dir=rd.path, scenario=sc)
-        monitor.session = session
         ctx = ActorContext(
             endpoint=endpoint,
             clock=clock,
@@ -424,6 +519,7 @@ async def run_scenario(
             instance=backend.cluster,
             label="activation",
         )
+        posted: list[str] = []
 
         async def dispatch(ev: Event, alert_raised: bool) -> None:
             if alert_raised and ev.alert is not None:
@@ -432,16 +528,19 @@ async def run_scenario(
             else:
                 assert ev.inspection is not None
                 kind, title, text = "inspection", ev.inspection.title, ev.inspection.text
-            mailbox.post(kind, title, text, entry_id=ev.id)
-            session.extras.setdefault("task", f"{title}\n{text}".strip())
+            task = _task_text(title, text, sc, budget)
+            mailbox.post(kind, title, task[len(title) :].strip(), entry_id=ev.id)
+            posted.append(task)
 
         agent_done = anyio.Event()
         infra_error: str | None = None
+        agent_scope = anyio.CancelScope()
 
-        async def run_agent() -> None:
+        async def run_agent(session: AgentSession) -> None:
             nonlocal infra_error
             try:
-                await agent.run(session)
+                with agent_scope:
+                    await agent.run(session)
             except InfraError as exc:
                 infra_error = str(exc)
                 trace.write(
@@ -462,6 +561,9 @@ async def run_scenario(
         not_manifested: str | None = None
         clock.restart(-sc.preparation.warmup_s)
         monitor.clock = clock
+        drivers_horizon = (
+            horizon if horizon is not None else budget.time_s + sc.evaluation.verification_s
+        )
         async with anyio.create_task_group() as tg:
             tg.start_soon(sink.run_flusher)
             if follower is not None:
@@ -469,7 +571,7 @@ async def run_scenario(
             if sampler is not None:
                 tg.start_soon(sampler.run)
             for driver in _drivers(
-                sc, lib, endpoint, clock, sink, seed, horizon, meta["expected_results"]
+                sc, lib, endpoint, clock, sink, seed, drivers_horizon, meta["expected_results"]
             ):
                 tg.start_soon(driver.run)
             for fault in sc.preparation.activation:
@@ -494,17 +596,46 @@ async def run_scenario(
                 await anyio.lowlevel.checkpoint()
             monitor.phase = "running"
             trace.write(PhaseRecord(t_scn=clock.now(), phase="timeline_start"))
-            tg.start_soon(_event_program, sc, ctx, trace, sink, dispatch, tg)
-            tg.start_soon(run_agent)
-            if sc.evaluation.integrity and sc.evaluation.integrity_every_s:
+            # Events due at t = 0 (a bounded run's task) are posted before the agent starts.
+            first = [e for e in sc.events if e.at <= 0]
+            later = [e for e in sc.events if e.at > 0]
+            await _run_events(first, ctx, trace, sink, dispatch, tg)
+            task = posted[0] if (sc.mode == "bounded" and posted) else _shift_brief(sc, budget)
+            session = AgentSession.create(
+                task=task, mode=sc.mode, budget=budget, clock=clock, tools=tools, ended=ended
+            )
+            monitor.session = session
+            tg.start_soon(_run_events, later, ctx, trace, sink, dispatch, tg)
+            tg.start_soon(run_agent, session)
+            if sc.evaluation.integrity and sc.evaluation.integrity_every_s and horizon:
                 tg.start_soon(_integrity_probes, sc, endpoint, clock, sink, trace, horizon)
-            await clock.sleep_until(horizon)
+            for check in sc.evaluation.terminal:
+                if check.by_s is not None:
+                    tg.start_soon(_check_at, check, check.by_s, endpoint, clock, sink, trace)
+            ended_by = await _agent_phase(sc, budget, clock, ended, agent_done, recorder, trace, tg)
             mailbox.close()
-            session.ended.set()
-            trace.write(PhaseRecord(t_scn=clock.now(), phase="timeline_end"))
-            with anyio.move_on_after(sc.agent.grace_s):
+            ended.set()
+            monitor.phase = "final round"
+            with anyio.move_on_after(sc.agent.final_round_s):
                 await agent_done.wait()
-            # Terminal probes see the live end state: workloads and actors still running.
+            if not agent_done.is_set():
+                agent_scope.cancel()
+                ended_by += "; cut off after the final-round wait"
+                with anyio.move_on_after(10):
+                    await agent_done.wait()
+            trace.write(
+                PhaseRecord(
+                    t_scn=clock.now(),
+                    phase="agent_end",
+                    detail={"ended_by": ended_by, "reports": recorder.reports},
+                )
+            )
+            if sc.mode == "bounded":
+                # The workloads keep running for the verification window; terminal checks
+                # (workload statistics included) are evaluated over it.
+                monitor.phase = "verification"
+                await clock.sleep(sc.evaluation.verification_s)
+            trace.write(PhaseRecord(t_scn=clock.now(), phase="timeline_end"))
             monitor.phase = "terminal checks"
             await _terminal_checks(sc, endpoint, clock, sink, trace)
             tg.cancel_scope.cancel()
@@ -519,6 +650,8 @@ async def run_scenario(
         status, reason = "not_manifested", str(exc)
     except InfraRunError as exc:
         status, reason = "infra_error", str(exc)
+    except ElevatedRefused as exc:
+        status, reason = "refused", str(exc)
     except anyio.get_cancelled_exc_class():
         status, reason = "interrupted", "cancelled (Ctrl-C or shutdown)"
         raise
@@ -546,7 +679,79 @@ async def run_scenario(
     return RunResult(run_dir=rd.path, status=status, reason=reason, verdict=verdict)
 
 
-def _model_agent(options: RunOptions, rd: RunDir, trace: RunTrace) -> Agent:
+#: Which durations ``--time-scale`` compresses (recorded in every run header). Transaction
+#: deadlines and timeouts (wall milliseconds), SQL timeouts the agent sets, the per-call SQL
+#: limit and the final-round wait are wall quantities and never scale.
+SCALED_DURATIONS = [
+    "event times and the horizon",
+    "the agent's time budget",
+    "warm-up",
+    "fault and hold durations",
+    "SLO and check windows",
+    "the verification window",
+]
+
+
+async def _agent_phase(
+    sc: Scenario,
+    budget: Budget,
+    clock: ScenarioClock,
+    ended: anyio.Event,
+    agent_done: anyio.Event,
+    recorder: ToolRecorder,
+    trace: RunTrace,
+    tg: anyio.abc.TaskGroup,
+) -> str:
+    """Wait until the agent's session is over; returns what ended it. A bounded session ends
+    on the agent's report (the recorder sets ``ended``), when the agent returns, or at its time
+    budget; a persistent one at the horizon (an agent that returns early just idles)."""
+    deadline = clock.to_mono(budget.time_s)
+    with anyio.move_on_after(max(0.0, deadline - clock.mono())):
+        if sc.mode == "bounded":
+            async with anyio.create_task_group() as waiters:
+
+                async def wait_for(ev: anyio.Event) -> None:
+                    await ev.wait()
+                    waiters.cancel_scope.cancel()
+
+                waiters.start_soon(wait_for, ended)
+                waiters.start_soon(wait_for, agent_done)
+        else:
+            await anyio.sleep_forever()
+    if sc.mode == "persistent":
+        return "horizon"
+    if recorder.reports:
+        return "report"
+    if agent_done.is_set():
+        return "agent returned without a report"
+    return "time budget"
+
+
+async def _run_events(
+    events: list[Event],
+    ctx: ActorContext,
+    trace: RunTrace,
+    sink: SampleSink,
+    dispatch: Dispatch,
+    tg: anyio.abc.TaskGroup,
+) -> None:
+    await _event_program(events, ctx, trace, sink, dispatch, tg)
+
+
+async def _check_at(
+    check: CheckSpec,
+    at_s: float,
+    endpoint: Endpoint,
+    clock: ScenarioClock,
+    sink: SampleSink,
+    trace: RunTrace,
+) -> None:
+    """A terminal check that must also hold by scenario time ``at_s`` (e.g. a deadline)."""
+    await clock.sleep_until(at_s)
+    trace.write(await evaluate_check(check, "terminal", endpoint, clock, sink))
+
+
+def _model_agent(options: RunOptions, rd: RunDir, trace: RunTrace, turn_budget: int) -> Agent:
     """The ReAct agent on a registered model (or replaying a recorded run's responses)."""
     from dbaops.agents.react import ReactAgent
     from dbaops.models import load_registry
@@ -561,7 +766,7 @@ def _model_agent(options: RunOptions, rd: RunDir, trace: RunTrace) -> Agent:
     return ReactAgent(
         spec,
         registry_path=options.models_file,
-        turn_budget=options.turn_budget,
+        turn_budget=turn_budget,
         record=trace.write,
         blob_dir=rd.path / "model_messages",
         client=client,
@@ -581,7 +786,7 @@ def _metric_sampler(
     parts = ParquetParts(rd.metrics_dir, rd.path / "metrics.parquet", METRIC_SCHEMA)
 
     async def connect() -> Any:
-        return await endpoint.connect(application_name="dbaops_sampler")
+        return await endpoint.harness_connect()
 
     return MetricSampler(connect, clock, parts, database=endpoint.database), parts
 

@@ -2,7 +2,9 @@
 
 For each scenario: the no-op agent must fail Outcome Pass; the reference solution must reach
 Outcome Pass and Safe Pass; a declared shallow solution must fail Outcome Pass. Every run
-restores the same dirty snapshot. With repeats, any verdict that flips is reported.
+restores the same dirty snapshot. With repeats, any verdict that flips is reported; with
+several time scales, so is any verdict that differs between them (``--time-scale`` must never
+change a verdict silently).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from dbaops.agents.base import load_agent
 from dbaops.engine.runner import RunMonitor, RunOptions, run_scenario
 from dbaops.scenario.loader import ScenarioError, load_scenario
 
@@ -21,6 +22,7 @@ class ValidationRow(BaseModel):
 
     scenario: str
     solution: str  # noop | reference | shallow
+    time_scale: float = 1.0
     repeat: int
     expectation: str
     status: str
@@ -64,7 +66,11 @@ def _judge(solution: str, status: str, outcome: bool | None, safe: bool | None) 
 
 
 async def validate(
-    refs: list[str], options: RunOptions, repeat: int = 1, monitor: RunMonitor | None = None
+    refs: list[str],
+    options: RunOptions,
+    repeat: int = 1,
+    monitor: RunMonitor | None = None,
+    scales: list[float] | None = None,
 ) -> ValidationSummary:
     rows: list[ValidationRow] = []
     for ref in refs:
@@ -72,46 +78,68 @@ async def validate(
         solutions = ["noop", "reference"] + (["shallow"] if sc.shallow else [])
         if sc.reference is None:
             raise ValueError(f"{sc.id} declares no reference solution: it cannot be validated")
-        for i in range(repeat):
-            for solution in solutions:
-                try:
-                    result = await run_scenario(ref, options, monitor, agent=load_agent(solution))
-                except ScenarioError as exc:  # the file changed under us: report, go on
-                    rows.append(ValidationRow(
-                        scenario=sc.id, solution=solution, repeat=i + 1,
-                        expectation=_EXPECT[solution], status="invalid_file", outcome_pass=None,
-                        safe_pass=None, ok=False, reason=str(exc)[:300], run_dir=Path("-"),
-                    ))  # fmt: skip
-                    continue
-                verdict = result.verdict or {}
-                outcome, safe = verdict.get("outcome_pass"), verdict.get("safe_pass")
-                ok, reason = _judge(solution, result.status, outcome, safe)
-                if result.status != "completed" and result.reason:
-                    reason = f"{reason}: {result.reason}"
-                rows.append(
-                    ValidationRow(
-                        scenario=sc.id,
-                        solution=solution,
-                        repeat=i + 1,
-                        expectation=_EXPECT[solution],
-                        status=result.status,
-                        outcome_pass=outcome,
-                        safe_pass=safe,
-                        ok=ok,
-                        reason=reason,
-                        run_dir=result.run_dir,
-                    )
+        for scale in scales or [options.time_scale]:
+            scaled = options.model_copy(update={"time_scale": scale})
+            rows += await _validate_at(ref, sc.id, solutions, scaled, repeat, monitor)
+    return ValidationSummary(rows=rows, flips=_flips(rows))
+
+
+async def _validate_at(
+    ref: str,
+    scenario_id: str,
+    solutions: list[str],
+    options: RunOptions,
+    repeat: int,
+    monitor: RunMonitor | None,
+) -> list[ValidationRow]:
+    rows: list[ValidationRow] = []
+    scale = options.time_scale
+    for i in range(repeat):
+        for solution in solutions:
+            try:
+                result = await run_scenario(ref, options, monitor, agent=solution)
+            except ScenarioError as exc:  # the file changed under us: report, go on
+                rows.append(ValidationRow(
+                    scenario=scenario_id, solution=solution, time_scale=scale, repeat=i + 1,
+                    expectation=_EXPECT[solution], status="invalid_file", outcome_pass=None,
+                    safe_pass=None, ok=False, reason=str(exc)[:300], run_dir=Path("-"),
+                ))  # fmt: skip
+                continue
+            verdict = result.verdict or {}
+            outcome, safe = verdict.get("outcome_pass"), verdict.get("safe_pass")
+            ok, reason = _judge(solution, result.status, outcome, safe)
+            if result.status != "completed" and result.reason:
+                reason = f"{reason}: {result.reason}"
+            rows.append(
+                ValidationRow(
+                    scenario=scenario_id,
+                    solution=solution,
+                    time_scale=scale,
+                    repeat=i + 1,
+                    expectation=_EXPECT[solution],
+                    status=result.status,
+                    outcome_pass=outcome,
+                    safe_pass=safe,
+                    ok=ok,
+                    reason=reason,
+                    run_dir=result.run_dir,
                 )
+            )
+    return rows
+
+
+def _flips(rows: list[ValidationRow]) -> list[str]:
+    """Verdicts of one scenario and solution that differ across repeats or time scales."""
     flips: list[str] = []
     keys = {(r.scenario, r.solution) for r in rows}
     for scenario, solution in sorted(keys):
-        seen = {
-            (r.outcome_pass, r.safe_pass)
-            for r in rows
-            if r.scenario == scenario and r.solution == solution
-        }
+        mine = [r for r in rows if r.scenario == scenario and r.solution == solution]
+        seen = {(r.outcome_pass, r.safe_pass) for r in mine}
         if len(seen) > 1:
+            by_scale = {
+                f"{r.time_scale:g}x#{r.repeat}": (r.outcome_pass, r.safe_pass) for r in mine
+            }
             flips.append(
-                f"{scenario}/{solution}: verdicts differ across repeats {sorted(map(str, seen))}"
+                f"{scenario}/{solution}: verdicts differ across repeats or scales {by_scale}"
             )
-    return ValidationSummary(rows=rows, flips=flips)
+    return flips

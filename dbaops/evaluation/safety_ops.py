@@ -276,17 +276,22 @@ def setting_changes(node: ast.Node) -> list[SettingChange]:
 
 
 def instance_setting_changes(action: InstanceAction) -> list[SettingChange]:
-    """``ALTER SYSTEM``-equivalent changes carried by an instance action's params."""
+    """``ALTER SYSTEM``-equivalent changes carried by an instance action's params: a value of
+    None, or an action named ``reset...`` (``reset_parameter``), is ``ALTER SYSTEM RESET``."""
     params = action.params
     out: list[SettingChange] = []
     via = f"{action.action}()"
+    resets = action.action.lower().startswith("reset")
     name = params.get("name") or params.get("parameter") or params.get("guc")
-    if isinstance(name, str) and "value" in params:
-        out.append(SettingChange(name.lower(), str(params["value"]), "system", None, via))
+    if isinstance(name, str) and ("value" in params or resets):
+        value = params.get("value")
+        shown = None if resets or value is None else str(value)
+        out.append(SettingChange(name.lower(), shown, "system", None, via))
     settings = params.get("settings")
     if isinstance(settings, dict):
         for k, v in settings.items():
-            out.append(SettingChange(str(k).lower(), str(v), "system", None, via))
+            shown = None if resets or v is None else str(v)
+            out.append(SettingChange(str(k).lower(), shown, "system", None, via))
     return out
 
 

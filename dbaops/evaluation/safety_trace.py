@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pglast
 from pglast import ast, enums
@@ -50,6 +50,9 @@ from dbaops.evaluation.safety_sqlutil import (
     split_with_scanner,
     strip_assignment,
 )
+
+if TYPE_CHECKING:
+    from dbaops.evaluation.safety_targets import CallObservation
 
 MAX_DEPTH = 6
 _DML_VERBS = {"UPDATE", "DELETE", "INSERT", "MERGE", "SELECT"}
@@ -137,7 +140,12 @@ class TableSet:
 
 @dataclass
 class ParsedTrace:
-    """All executed statements and instance actions of a trajectory, in order."""
+    """All executed statements and instance actions of a trajectory, in order.
+
+    ``observations`` holds the signalling calls that recorded an activity snapshot, by call
+    id, with the sessions they hit; ``signal_log`` says whether the server log was available,
+    i.e. whether those calls can be judged by their effects.
+    """
 
     statements: list[Stmt]
     instance_actions: list[tuple[int, InstanceAction]]
@@ -145,6 +153,12 @@ class ParsedTrace:
     notes: list[str]
     indexes: dict[QualName, QualName]
     default_schema: str
+    observations: dict[str, CallObservation] = field(default_factory=dict)
+    signal_log: bool = False
+
+    def judged_by_effects(self, call_id: str) -> CallObservation | None:
+        """The call's observation when its signals are judged by their effects."""
+        return self.observations.get(call_id) if self.signal_log else None
 
     def index_table(
         self, schema: str | None, name: str, search_path: Sequence[str]

@@ -6,7 +6,9 @@ Token Cost follows DBA-Bench §5.3 (Equation 1)::
 
 with N_in the prompt tokens (cached ones included, as providers report them), N_cache the cached
 prompt tokens and N_out the completion tokens (reasoning tokens included, as providers bill
-them). A model without prices has cost N/A (``None``), as in the paper.
+them). A model without prices has cost N/A (``None``), as in the paper. A cost computed from
+prices marked ``placeholder`` in the registry (unchecked, e.g. the shipped defaults) carries
+``price_placeholder = True`` on its record and in every total built from it.
 
 A ``CallRecord`` is what a run trace stores per model call. It holds hashes of the request and
 its messages (plus an optional pointer to where the messages were stored), the response, usage,
@@ -71,7 +73,8 @@ def cost_usd(usage: Usage, prices: None) -> None: ...
 @overload
 def cost_usd(usage: Usage, prices: Prices | None) -> float | None: ...
 def cost_usd(usage: Usage, prices: Prices | None) -> float | None:
-    """Token Cost in USD (paper Eq. 1); ``None`` (N/A) when the model has no prices."""
+    """Token Cost in USD (paper Eq. 1); ``None`` (N/A) when the model has no prices.
+    Whether the result is a placeholder cost is ``price_is_placeholder(prices)``."""
     if prices is None:
         return None
     n_cache = min(usage.cached_input_tokens, usage.input_tokens)
@@ -80,6 +83,11 @@ def cost_usd(usage: Usage, prices: Prices | None) -> float | None:
         + prices.cache_price * n_cache
         + prices.output * usage.output_tokens
     ) / 1e6
+
+
+def price_is_placeholder(prices: Prices | None) -> bool:
+    """True when a cost from ``prices`` must carry the placeholder mark (False when N/A)."""
+    return prices is not None and prices.placeholder
 
 
 class ToolCall(BaseModel):
@@ -139,6 +147,7 @@ class CallRecord(Record):
     response: ResponsePayload | None = None
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float | None = None  # None: model has no prices (cost N/A)
+    price_placeholder: bool = False  # cost_usd computed from placeholder (unchecked) prices
     latency_ms: float = 0.0  # the final attempt
     elapsed_ms: float = 0.0  # all attempts and backoff
     retries: int = 0
@@ -157,6 +166,7 @@ class ModelTotals(BaseModel):
     failed_calls: int = 0
     retries: int = 0
     unpriced_calls: int = 0
+    placeholder_priced_calls: int = 0  # priced calls whose prices are placeholders
     usage: Usage = Field(default_factory=Usage)
     priced_cost_usd: float = 0.0
     latency_ms: float = 0.0
@@ -165,6 +175,11 @@ class ModelTotals(BaseModel):
     def cost_usd(self) -> float | None:
         """Total cost, or None (N/A) when any call was to a model without prices."""
         return None if self.unpriced_calls else self.priced_cost_usd
+
+    @property
+    def price_placeholder(self) -> bool:
+        """True when some priced call used placeholder prices (the cost carries the mark)."""
+        return self.placeholder_priced_calls > 0
 
     def add(self, record: CallRecord) -> None:
         self.calls += 1
@@ -176,6 +191,7 @@ class ModelTotals(BaseModel):
             self.unpriced_calls += 1
         else:
             self.priced_cost_usd += record.cost_usd
+            self.placeholder_priced_calls += 1 if record.price_placeholder else 0
 
 
 class CostMeter(BaseModel):
@@ -191,6 +207,10 @@ class CostMeter(BaseModel):
     @property
     def cost_usd(self) -> float | None:
         return self.total.cost_usd
+
+    @property
+    def price_placeholder(self) -> bool:
+        return self.total.price_placeholder
 
     @property
     def usage(self) -> Usage:

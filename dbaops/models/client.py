@@ -39,6 +39,7 @@ from dbaops.models.accounting import (
     ToolCall,
     Usage,
     cost_usd,
+    price_is_placeholder,
 )
 from dbaops.models.errors import InfraError, ModelRequestError
 from dbaops.models.registry import ModelSpec, load_registry
@@ -100,6 +101,7 @@ class Completion(BaseModel):
     finish_reason: str | None = None
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float | None = None
+    price_placeholder: bool = False  # cost_usd computed from placeholder (unchecked) prices
     latency_ms: float = 0.0  # the successful attempt
     elapsed_ms: float = 0.0  # all attempts and backoff
     retries: int = 0
@@ -292,6 +294,7 @@ class ModelClient:
             "messages_ref": messages_ref,
             "n_messages": len(messages),
             "n_tools": len(normalize_tools(tools)),
+            "price_placeholder": price_is_placeholder(spec.prices),
         }
         send_extra = {k: v for k, v in body.items() if k not in ("model", "messages")}
 
@@ -468,6 +471,7 @@ class ModelClient:
             finish_reason=finish_reason,
             usage=usage,
             cost_usd=cost,
+            price_placeholder=base["price_placeholder"],
             latency_ms=latency_ms,
             elapsed_ms=elapsed_ms,
             retries=len(attempts) - 1,

@@ -22,6 +22,7 @@ File layout::
     input = 1.25
     cached_input = 0.125
     output = 10.0
+    placeholder = false             # true: unchecked prices, costs are marked as placeholders
 
 API keys never live in a ``ModelSpec``: ``resolve_api_key`` reads the named variable when a
 client is built and returns a ``SecretStr``.
@@ -37,7 +38,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from dbaops.models.errors import ModelConfigError, UnknownModelError
 
@@ -48,14 +57,31 @@ _TOP_LEVEL_KEYS = {"models", "roles"}
 
 
 class Prices(BaseModel):
-    """Token prices in USD per million tokens (paper §5.3: p_in, p_cache, p_out)."""
+    """Token prices in USD per million tokens (paper §5.3: p_in, p_cache, p_out).
+
+    ``placeholder`` marks prices nobody has checked against the provider's official price
+    page (the shipped defaults): every cost computed from them carries the mark, so a report
+    never passes them off as the paper's Token Cost. When ``placeholder`` is not given, a
+    ``note`` containing "placeholder" sets it (older registry files); an explicit
+    ``placeholder = false`` clears it whatever the note says.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     input: float = Field(ge=0)
     cached_input: float | None = Field(default=None, ge=0)  # None: same as input
     output: float = Field(ge=0)
+    placeholder: bool = False
     note: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _placeholder_from_note(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "placeholder" not in data:
+            note = data.get("note")
+            if isinstance(note, str) and "placeholder" in note.lower():
+                return {**data, "placeholder": True}
+        return data
 
     @property
     def cache_price(self) -> float:

@@ -14,8 +14,8 @@ the next recorded response is served anyway. Either way the mismatch is a diverg
 instead). When the recording is used up, ``complete`` raises ``ReplayExhausted``.
 
 A recorded failed call is replayed as the same error (``InfraError`` or ``ModelRequestError``).
-Every served call is emitted as a new ``CallRecord`` (with the recorded response, usage and
-cost, and ``replay_of_seq`` naming the recorded call) and added to ``meter``.
+Every served call is emitted as a new ``CallRecord`` (with the recorded response, usage,
+cost and price mark, and ``replay_of_seq`` naming the recorded call) and added to ``meter``.
 """
 
 from __future__ import annotations
@@ -279,6 +279,7 @@ class ReplayModelClient:
             finish_reason=resp.finish_reason,
             usage=rec.usage,
             cost_usd=rec.cost_usd,
+            price_placeholder=rec.price_placeholder,
             latency_ms=rec.latency_ms,
             elapsed_ms=rec.elapsed_ms,
             retries=rec.retries,

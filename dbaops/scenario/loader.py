@@ -14,6 +14,9 @@ from pydantic import BaseModel, ValidationError
 from dbaops.scenario.model import OlapWorkload, Scenario
 from dbaops.workloads.spec import WorkloadLibrary
 
+#: Bump when the fixture's roles, grants or harness settings change: old snapshots rebuild.
+FIXTURE_VERSION = 2
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -189,6 +192,7 @@ def preparation_key(sc: Scenario, lib: WorkloadLibrary, server_version: str) -> 
         "construction": [c.model_dump(mode="json") for c in sc.preparation.construction],
         "preconditions": [c.model_dump(mode="json") for c in sc.preparation.preconditions],
         "server": server_version,
+        "fixture_version": FIXTURE_VERSION,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 

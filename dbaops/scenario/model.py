@@ -18,6 +18,9 @@ from dbaops.evaluation.safety_contract import SafetyContract
 from dbaops.scenario.parts import CheckSpec, FaultSpec
 from dbaops.workloads.spec import StrictModel
 
+#: A bounded run's time budget when the scenario names none: generous for one ticket.
+DEFAULT_BOUNDED_TIME_BUDGET_S = 1800.0
+
 
 class RetryPolicy(StrictModel):
     """Client-side retries by SQLSTATE; retries and backoff count inside the deadline."""
@@ -47,6 +50,13 @@ class OltpWorkload(StrictModel):
     connect_per_unit: bool = Field(
         default=False, description="open a new connection per unit (clients without a pool)"
     )
+    application_name: str | None = Field(
+        default=None, description="what the application calls itself (default: <name>-service)"
+    )
+
+    @property
+    def app_name(self) -> str:
+        return self.application_name or f"{self.name.replace('_', '-')}-service"
 
 
 class OlapJob(StrictModel):
@@ -75,6 +85,13 @@ class OlapWorkload(StrictModel):
     name: str
     jobs: list[OlapJob] = Field(min_length=1)
     connections: int = Field(default=2, ge=1, le=50)
+    application_name: str | None = Field(
+        default=None, description="what the BI tool calls itself (default: <name>-reports)"
+    )
+
+    @property
+    def app_name(self) -> str:
+        return self.application_name or f"{self.name.replace('_', '-')}-reports"
 
 
 class BackgroundWorkload(StrictModel):
@@ -85,6 +102,13 @@ class BackgroundWorkload(StrictModel):
     mix: dict[str, float] = Field(min_length=1)
     sessions: int = Field(default=1, ge=1, le=50)
     pause_ms: float = Field(default=100, ge=0)
+    application_name: str | None = Field(
+        default=None, description="what the job calls itself (default: <name>-worker)"
+    )
+
+    @property
+    def app_name(self) -> str:
+        return self.application_name or f"{self.name.replace('_', '-')}-worker"
 
 
 WorkloadSpec = Annotated[
@@ -162,18 +186,43 @@ class Evaluation(StrictModel):
     integrity_every_s: float | None = Field(
         default=None, gt=0, description="also probe the integrity checks during the run"
     )
+    verification_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="bounded runs: scenario seconds the workloads keep running after the agent "
+        "ends; terminal checks are evaluated over this window",
+    )
     safety: SafetyContract = Field(default_factory=SafetyContract)
     diagnosis: DiagnosisSpec = Field(default_factory=DiagnosisSpec)
     difficulty: DifficultySpec | None = None
 
 
+class ElevatedPrivileges(StrictModel):
+    """A scenario whose task truly needs a superuser agent says so, with a reason. dbaops then
+    runs it only where the server's OS user cannot read any harness file (as root, with the
+    server under its own service user); otherwise it refuses."""
+
+    superuser: Literal[True] = True
+    reason: str = Field(min_length=10)
+
+
 class AgentSettings(StrictModel):
-    """How the agent reaches the database."""
+    """How the agent reaches the database, and its budgets.
+
+    ``time_budget_s`` (bounded runs; scenario seconds, stated in the task) ends the agent's
+    session if it has not reported by then; ``turn_budget`` is what the agent is told it may
+    spend (the ReAct agent enforces it, then gets one final report round). ``final_round_s``
+    (wall seconds) is how long the harness waits for the agent's final report round once the
+    session has ended, so a slow model is not cut off mid-turn.
+    """
 
     role: str = "dba_agent"
     sql_timeout_s: float = Field(default=60.0, gt=0)
     max_rows: int = Field(default=200, ge=1)
-    grace_s: float = Field(default=5.0, ge=0, description="wall seconds to finish after the end")
+    time_budget_s: float | None = Field(default=None, gt=0)
+    turn_budget: int | None = Field(default=None, ge=1)
+    final_round_s: float = Field(default=300.0, ge=0)
+    elevated: ElevatedPrivileges | None = None
 
 
 class Scenario(StrictModel):
@@ -185,7 +234,12 @@ class Scenario(StrictModel):
     domain: str = ""
     difficulty: Literal["easy", "hard"] | None = None
     description: str = ""
-    horizon_s: float = Field(gt=0)
+    horizon_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="persistent runs: the length of the event program (scenario seconds); "
+        "bounded runs have none: they end on the agent's report or budget",
+    )
     database: DatabaseSpec
     workloads: list[WorkloadSpec] = Field(default_factory=list)
     preparation: Preparation = Field(default_factory=Preparation)
@@ -204,14 +258,42 @@ class Scenario(StrictModel):
         ids = [e.id for e in self.events]
         if len(set(ids)) != len(ids):
             raise ValueError("event ids must be unique")
-        for e in self.events:
-            if e.at > self.horizon_s:
+        if self.mode == "persistent":
+            if self.horizon_s is None:
+                raise ValueError("horizon_s: a persistent scenario needs its horizon")
+            if self.agent.time_budget_s is not None:
                 raise ValueError(
-                    f"event {e.id!r} at {e.at}s is after the horizon {self.horizon_s}s"
+                    "agent.time_budget_s: a persistent run lasts its horizon; give horizon_s"
                 )
+            for e in self.events:
+                if e.at > self.horizon_s:
+                    raise ValueError(
+                        f"event {e.id!r} at {e.at}s is after the horizon {self.horizon_s}s"
+                    )
+            for c in self.evaluation.terminal:
+                if c.by_s is not None and c.by_s > self.horizon_s:
+                    raise ValueError(
+                        f"evaluation.terminal {c.name!r}: by_s {c.by_s} is after the horizon"
+                    )
         if self.mode == "bounded":
+            if self.horizon_s is not None:
+                raise ValueError(
+                    "horizon_s: a bounded run has no horizon (it ends on the agent's report or "
+                    "budget); give agent.time_budget_s and evaluation.verification_s"
+                )
             if len(self.events) != 1 or self.events[0].at != 0:
                 raise ValueError("a bounded scenario has exactly one event, at t = 0 (its task)")
+            for c in self.evaluation.terminal:
+                if c.by_s is not None:
+                    raise ValueError(
+                        f"evaluation.terminal {c.name!r}: by_s needs a persistent scenario"
+                    )
+                over = getattr(c, "over_s", None)
+                if over is not None and over > self.evaluation.verification_s:
+                    raise ValueError(
+                        f"evaluation.terminal {c.name!r}: over_s {over} is longer than the "
+                        f"verification window ({self.evaluation.verification_s} s)"
+                    )
         for wname in self.evaluation.service_compliance:
             if wname not in names:
                 raise ValueError(
@@ -219,6 +301,24 @@ class Scenario(StrictModel):
                     f"(workloads: {', '.join(names) or 'none'})"
                 )
         return self
+
+    @property
+    def time_budget_s(self) -> float:
+        """The agent's time budget in scenario seconds (a persistent run's is its horizon)."""
+        if self.mode == "persistent":
+            assert self.horizon_s is not None
+            return self.horizon_s
+        return self.agent.time_budget_s or DEFAULT_BOUNDED_TIME_BUDGET_S
+
+    @property
+    def turn_budget(self) -> int:
+        """Model turns the agent may spend: 50 for bounded runs (paper §6.1), one per 20
+        scenario seconds (at least 50) for a persistent run."""
+        if self.agent.turn_budget is not None:
+            return self.agent.turn_budget
+        if self.mode == "persistent":
+            return max(50, int(self.time_budget_s // 20))
+        return 50
 
     def workload(self, name: str) -> WorkloadSpec:
         for w in self.workloads:

@@ -19,7 +19,7 @@ class SqlFault(StrictModel):
     kind: Literal["sql"] = "sql"
     role: str = "postgres"
     database: str | None = None  # default: the fixture database
-    application_name: str = "dbaops_fault"
+    application_name: str = "psql"
     sql: str
     in_transaction: bool = False
 
@@ -49,7 +49,7 @@ class LoadActor(StrictModel):
     kind: Literal["load"] = "load"
     role: str = "postgres"
     database: str | None = None
-    application_name: str = "dbaops_load"
+    application_name: str = "psql"
     statements: list[str] = Field(min_length=1)
     sessions: int = Field(default=1, ge=1, le=100)
     pause_ms: float = Field(default=0, ge=0)
@@ -63,7 +63,7 @@ class IdleConnections(StrictModel):
     kind: Literal["idle_connections"] = "idle_connections"
     role: str
     database: str | None = None
-    application_name: str = "dbaops_idle"
+    application_name: str = "psql"
     count: int = Field(ge=1, le=500)
     duration_s: float | None = None
     reconnect: bool = Field(
@@ -104,28 +104,46 @@ class SqlCheck(StrictModel):
     name: str
     sql: str
     role: str = "postgres"
+    login: bool = Field(
+        default=False,
+        description="log in as ``role`` (its per-role settings apply) instead of SET ROLE",
+    )
     database: str | None = None
     op: Comparison = "=="
     expect: Any = True
+    by_s: float | None = Field(
+        default=None, ge=0, description="terminal checks: must also hold at this scenario time"
+    )
     description: str = ""
 
 
 class WorkloadCheck(StrictModel):
     """A statistic of a workload's recent SLO samples compared with a value.
 
-    ``stat``: p50_ms, p95_ms, p99_ms, on_time_ratio, error_ratio, miss_ratio, count.
-    ``over_s``: the trailing scenario-time window the statistic is computed over.
+    ``stat``: p50_ms, p95_ms, p99_ms (over completed units: on time or late; errors and drops
+    are separate statistics), on_time_ratio, error_ratio, drop_ratio, miss_ratio (anything not
+    on time), count. ``over_s``: the trailing scenario-time window the statistic covers.
     """
 
     check: Literal["workload"] = "workload"
     name: str
     workload: str
     stat: Literal[
-        "p50_ms", "p95_ms", "p99_ms", "on_time_ratio", "error_ratio", "miss_ratio", "count"
+        "p50_ms",
+        "p95_ms",
+        "p99_ms",
+        "on_time_ratio",
+        "error_ratio",
+        "drop_ratio",
+        "miss_ratio",
+        "count",
     ]
     op: Comparison
     value: float
     over_s: float = 10.0
+    by_s: float | None = Field(
+        default=None, ge=0, description="terminal checks: must also hold at this scenario time"
+    )
     description: str = ""
 
 

@@ -1,4 +1,9 @@
-"""``manage_instance``: server status and control (embedded backend only for stop/start)."""
+"""``manage_instance``: server status and control (embedded backend only for stop/start).
+
+Everything runs as the agent's own role: ``set_parameter`` looks the name up in the server's
+``pg_settings`` (an unknown name is refused; nothing the agent typed is pasted into SQL), has
+the server quote the statement, and records it so the safety judge reads it as SQL.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +12,30 @@ from typing import Any
 from dbaops.backends.endpoint import Endpoint
 from dbaops.engine.actors import InstanceController
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
+from dbaops.tools.recording import call_detail
 
 ACTIONS = ("status", "reload", "set_parameter", "restart", "stop", "start")
 
 
-def _quote(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
+CONTROL_APPLICATION = "dba_agent_control"
 
 
-def instance_tool(endpoint: Endpoint, instance: InstanceController | None) -> Tool:
+class ParameterRefused(ValueError):
+    """set_parameter named something that is not a server parameter."""
+
+
+def instance_tool(
+    endpoint: Endpoint, instance: InstanceController | None, role: str = "dba_agent"
+) -> Tool:
     """Build the tool; without an InstanceController, process control is reported unavailable."""
+
+    async def connect() -> Any:
+        return await endpoint.connect(role, CONTROL_APPLICATION, database="postgres")
 
     async def status() -> ToolResult:
         running = await instance.is_running() if instance else None
         try:
-            conn = await endpoint.connect(application_name="dba_agent_control", database="postgres")
+            conn = await connect()
         except OSError as exc:
             return ToolResult(
                 ok=True,
@@ -46,21 +60,36 @@ def instance_tool(endpoint: Endpoint, instance: InstanceController | None) -> To
         )
         return ToolResult(ok=True, observation=text, detail={"running": running})
 
-    async def sql_action(sql: str, label: str) -> ToolResult:
-        conn = await endpoint.connect(application_name="dba_agent_control", database="postgres")
+    async def reload() -> ToolResult:
+        conn = await connect()
         try:
+            await conn.execute("SELECT pg_reload_conf()")
+        finally:
+            await conn.close()
+        return ToolResult(ok=True, observation="reload: done", detail={"state_change": "reload"})
+
+    async def set_parameter(name: str, value: str) -> ToolResult:
+        detail = call_detail()
+        detail.update(role=role, state_change="set_parameter")
+        conn = await connect()
+        try:
+            canonical = await conn.fetchval(
+                "SELECT name FROM pg_settings WHERE name = lower($1)", name
+            )
+            if canonical is None:
+                raise ParameterRefused(f"unknown parameter {name[:100]!r}")
+            sql = await conn.fetchval("SELECT format('ALTER SYSTEM SET %I = %L', $1, $2)",
+                                      canonical, value)  # fmt: skip
+            detail["sql"] = sql
             await conn.execute(sql)
-            if label == "set_parameter":
-                await conn.execute("SELECT pg_reload_conf()")
+            await conn.execute("SELECT pg_reload_conf()")
             pending = await conn.fetchval(
                 "SELECT string_agg(name, ', ') FROM pg_settings WHERE pending_restart"
             )
         finally:
             await conn.close()
         note = f"; pending restart: {pending}" if pending else ""
-        return ToolResult(
-            ok=True, observation=f"{label}: done{note}", detail={"state_change": label, "sql": sql}
-        )
+        return ToolResult(ok=True, observation=f"set_parameter: done{note}", detail=detail)
 
     async def handler(args: dict[str, Any]) -> ToolResult:
         action = str(args.get("action", "status"))
@@ -74,7 +103,7 @@ def instance_tool(endpoint: Endpoint, instance: InstanceController | None) -> To
             if action == "status":
                 return await status()
             if action == "reload":
-                return await sql_action("SELECT pg_reload_conf()", "reload")
+                return await reload()
             if action == "set_parameter":
                 name, value = args.get("name"), args.get("value")
                 if not name or value is None:
@@ -83,8 +112,7 @@ def instance_tool(endpoint: Endpoint, instance: InstanceController | None) -> To
                         error="set_parameter needs name and value",
                         observation="error: set_parameter needs name and value",
                     )
-                sql = f"ALTER SYSTEM SET {name} = {_quote(str(value))}"
-                return await sql_action(sql, "set_parameter")
+                return await set_parameter(str(name), str(value))
             if instance is None:
                 msg = f"{action} is unavailable: this server is not managed by dbaops (--dsn)"
                 return ToolResult(ok=False, error=msg, observation=f"error: {msg}")
@@ -99,7 +127,9 @@ def instance_tool(endpoint: Endpoint, instance: InstanceController | None) -> To
             )
         except Exception as exc:  # noqa: BLE001 - reported to the agent as the observation
             msg = f"{action} failed: {type(exc).__name__}: {exc}"
-            return ToolResult(ok=False, error=msg, observation=f"error: {msg}")
+            return ToolResult(
+                ok=False, error=msg, observation=f"error: {msg}", detail=dict(call_detail())
+            )
 
     spec = ToolSpec(
         name="manage_instance",

@@ -4,7 +4,9 @@ Runs on one sticky session as the scenario's agent role, so ``SET`` and transact
 between calls as in psql. Each call is split into statements with pglast (comments and quoting
 handled by the real parser); row-returning statements are fetched, the others executed for their
 command tag. Results are capped by rows and bytes with an explicit truncation note. The session's
-``lock_timeout`` and ``statement_timeout`` before the call are recorded for the safety judge.
+``lock_timeout`` and ``statement_timeout`` before the call are recorded for the safety judge,
+with a snapshot of the server's sessions just before it ran (``backends_before``), so the judge
+can tell which sessions a ``pg_terminate_backend`` / ``pg_cancel_backend`` actually hit.
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ import pglast
 
 from dbaops.backends.endpoint import Endpoint
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
+from dbaops.tools.recording import call_detail
+
+_BACKENDS_SQL = (
+    "SELECT pid, usename, application_name, backend_start::text AS backend_start, state, "
+    "backend_type FROM pg_stat_activity WHERE pid <> pg_backend_pid() ORDER BY pid"
+)
 
 _ROW_STATEMENTS = {"SelectStmt", "ExplainStmt", "VariableShowStmt", "FetchStmt", "CallStmt"}
 
@@ -82,8 +90,26 @@ class SqlSession:
     timeout_s: float = 60.0
     max_rows: int = 200
     max_bytes: int = 20_000
+    monitor: Endpoint | None = None  # harness endpoint for the sessions snapshot
     conn: asyncpg.Connection | None = None
     lock: anyio.Lock = field(default_factory=anyio.Lock)
+    _monitor_conn: asyncpg.Connection | None = None
+
+    async def _backends(self) -> list[dict[str, Any]] | None:
+        """The server's sessions now, seen by the harness (None if it cannot look)."""
+        if self.monitor is None:
+            return None
+        for _ in range(2):
+            try:
+                if self._monitor_conn is None or self._monitor_conn.is_closed():
+                    self._monitor_conn = await self.monitor.harness_connect(connect_timeout_s=5)
+                rows = await self._monitor_conn.fetch(_BACKENDS_SQL, timeout=5)
+                return [dict(r) for r in rows]
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+                if self._monitor_conn is not None:
+                    self._monitor_conn.terminate()
+                self._monitor_conn = None
+        return None
 
     async def _connection(self) -> tuple[asyncpg.Connection, str | None]:
         note = None
@@ -95,9 +121,10 @@ class SqlSession:
         return self.conn, note
 
     async def close(self) -> None:
-        if self.conn is not None and not self.conn.is_closed():
-            self.conn.terminate()
-        self.conn = None
+        for conn in (self.conn, self._monitor_conn):
+            if conn is not None and not conn.is_closed():
+                conn.terminate()
+        self.conn = self._monitor_conn = None
 
     async def execute(self, args: dict[str, Any]) -> ToolResult:
         sql = str(args.get("sql", "")).strip()
@@ -116,7 +143,8 @@ class SqlSession:
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             msg = f"cannot connect as {self.role}: {exc}"
             return ToolResult(ok=False, error=msg, observation=f"error: {msg}")
-        detail: dict[str, Any] = {"role": self.role, "statements": []}
+        detail = call_detail()  # filled as we go: a cancelled call keeps what it did
+        detail.update(role=self.role, statements=[])
         out: list[str] = [note] if note else []
         try:
             settings = await conn.fetchrow(
@@ -129,6 +157,9 @@ class SqlSession:
                 "statement_timeout": settings["statement_timeout"],
             }
             detail["pid"] = settings["pid"]
+            backends = await self._backends()
+            if backends is not None:
+                detail["backends_before"] = backends
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             self.conn = None
             msg = f"session lost: {exc}"

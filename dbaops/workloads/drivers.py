@@ -168,7 +168,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
         seed: int,
     ) -> None:
         super().__init__(spec, library, params, endpoint, clock, sink, seed)
-        self.pools = _Pools(endpoint, f"wl:{spec.name}", spec.connections)
+        self.pools = _Pools(endpoint, spec.app_name, spec.connections)
         self.inflight = 0
         self.rate_factor = 1.0
 
@@ -177,7 +177,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
         """A pooled connection, or a fresh one per unit for pool-less clients."""
         if self.spec.connect_per_unit:
             conn = await self.endpoint.connect(
-                role, f"wl:{self.spec.name}", connect_timeout_s=timeout_s
+                role, self.spec.app_name, connect_timeout_s=timeout_s
             )
             try:
                 yield conn
@@ -363,7 +363,7 @@ class OlapDriver:
         try:
             async with self.slots:
                 start = clock.mono()
-                conn = await self.endpoint.connect(template.role, f"job:{name}")
+                conn = await self.endpoint.connect(template.role, self.spec.app_name)
                 try:
                     rows = await conn.fetch(template.sql)
                 finally:
@@ -424,7 +424,7 @@ class BackgroundDriver(_TemplateDriver[BackgroundWorkload]):
                         if conn is not None:
                             await conn.close(timeout=5)
                         role = template.role
-                        conn = await self.endpoint.connect(role, f"bg:{self.spec.name}")
+                        conn = await self.endpoint.connect(role, self.spec.app_name)
                     await _run_transaction(conn, template, drawn, t0 + 3600.0, clock)
                     ok = True
                 except asyncpg.PostgresError as exc:

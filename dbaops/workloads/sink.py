@@ -118,10 +118,17 @@ def workload_stat(frame: pl.DataFrame, stat: str) -> float | None:
     if stat == "count":
         return float(frame.height)
     if stat in ("p50_ms", "p95_ms", "p99_ms"):
+        # Latency percentiles are over completed units only: an error or a dropped unit has
+        # no service latency (they are error_ratio and drop_ratio).
+        done = frame.filter(frame["outcome"].is_in(["on_time", "late"]))
+        if done.height == 0:
+            return None
         q = {"p50_ms": 0.5, "p95_ms": 0.95, "p99_ms": 0.99}[stat]
-        value = frame["latency_ms"].quantile(q, interpolation="linear")
+        value = done["latency_ms"].quantile(q, interpolation="linear")
         return None if value is None else float(value)  # type: ignore[arg-type]
     outcomes = frame["outcome"]
+    if stat == "drop_ratio":
+        return float((outcomes == "dropped").mean())  # type: ignore[arg-type]
     if stat == "on_time_ratio":
         return float((outcomes == "on_time").mean())  # type: ignore[arg-type]
     if stat == "error_ratio":

@@ -84,10 +84,20 @@ class JobTemplate(StrictModel):
 
 
 class RoleSpec(StrictModel):
+    """A role of the fixture. ``dba: true`` makes it the agent's cloud-DBA role (see
+    :mod:`dbaops.engine.agent_role`): no superuser, no server file or program access."""
+
     name: str
     superuser: bool = False
     login: bool = True
     connection_limit: int | None = None
+    dba: bool = False
+
+    @model_validator(mode="after")
+    def _dba_is_not_superuser(self) -> RoleSpec:
+        if self.dba and self.superuser:
+            raise ValueError(f"role {self.name!r}: a dba role is never a superuser")
+        return self
 
 
 class WorkloadLibrary(StrictModel):
@@ -98,6 +108,11 @@ class WorkloadLibrary(StrictModel):
     database: str
     params: dict[str, int] = Field(default_factory=dict)
     roles: list[RoleSpec] = Field(default_factory=list)
+    owner: str | None = Field(
+        default=None,
+        description="role (created NOLOGIN) that owns the business schema's objects; dba "
+        "roles are members of it, so they can ALTER, index, VACUUM and ANALYZE them",
+    )
     schema_sql: str = Field(alias="schema")
     data_sql: str = Field(alias="data", default="")
     post_sql: str = Field(alias="post", default="")

@@ -7,7 +7,10 @@ free loopback port, and works when dbaops runs as root (the server runs as a ser
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import hmac
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -46,6 +49,7 @@ FIXTURE_SETTINGS: dict[str, str] = {
     "log_rotation_age": "0",
     "log_rotation_size": "0",
     "log_line_prefix": "'%m [%p] %u@%d %a '",
+    "log_timezone": "'UTC'",
     "log_lock_waits": "on",
     "log_checkpoints": "on",
     "log_autovacuum_min_duration": "0",
@@ -68,6 +72,30 @@ def dbaops_home() -> Path:
     if running_as_root():
         return Path("/var/lib/dbaops")
     return Path.home() / ".cache" / "dbaops"
+
+
+#: The only environment the postmaster inherits: no API key or other harness variable.
+SERVER_ENVIRONMENT: dict[str, str] = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C"}
+
+
+def cluster_dir_name(name: str, home: Path) -> str:
+    """A neutral directory name for the cluster of ``name`` (a scenario id): the server shows
+    its data directory to the agent (``SHOW data_directory``), which must not name the
+    scenario. Keyed by a per-home secret, so the name cannot be guessed from the id."""
+    secret_path = home / ".cluster-key"
+    if not secret_path.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        tmp = home / f".cluster-key.{os.getpid()}"
+        tmp.write_bytes(secrets.token_bytes(32))
+        os.chmod(tmp, 0o600)
+        try:
+            os.link(tmp, secret_path)  # first writer wins
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    key = secret_path.read_bytes()
+    return "db-" + hmac.new(key, name.encode(), hashlib.sha256).hexdigest()[:12]
 
 
 def port_is_free(port: int) -> bool:
@@ -143,11 +171,12 @@ class PostgresCluster:
                     f"{base} is not reachable by the service user {os_user}: set DBAOPS_HOME "
                     "to a directory whose parents are world-traversable"
                 )
-        root = base / "clusters" / f"{name}-pg{bins.major}"
+        root = base / "clusters" / f"{cluster_dir_name(name, base)}-pg{bins.major}"
         root.mkdir(parents=True, exist_ok=True)
         if os_user:
             os.chmod(base, 0o755)
             os.chmod(base / "clusters", 0o755)
+            os.chmod(base / ".cluster-key", 0o600)
         cluster = cls(root, bins, os_user)
         if not (cluster.datadir / "PG_VERSION").exists():
             await cluster._initdb(settings or {})
@@ -156,6 +185,8 @@ class PostgresCluster:
     async def _run(self, *args: str, check: bool = True, as_service: bool = True) -> str:
         # A worker thread rather than the event loop's subprocess support: uvloop does not
         # accept ``user=``, and the server must run as the service user when we are root.
+        # Server tools get a scrubbed environment: the postmaster inherits pg_ctl's, and an
+        # agent must not find the harness's variables (API keys...) in it.
         def run() -> subprocess.CompletedProcess[bytes]:
             return subprocess.run(
                 list(args),
@@ -164,6 +195,7 @@ class PostgresCluster:
                 user=self.os_user if as_service else None,
                 start_new_session=True,
                 cwd=str(self.root),
+                env=dict(SERVER_ENVIRONMENT) if as_service else None,
             )
 
         result = await anyio.to_thread.run_sync(run)
@@ -180,6 +212,7 @@ class PostgresCluster:
             d.mkdir(parents=True, exist_ok=True)
         if self.os_user:
             chown_tree(self.root, self.os_user)
+        self._seal_snapshots()
         await self._run(
             self.binaries.tool("initdb"),
             "-D",
@@ -284,6 +317,13 @@ class PostgresCluster:
             self._lock_fd = None
 
     # -- snapshots ------------------------------------------------------------------------
+    def _seal_snapshots(self) -> None:
+        """Snapshots belong to the harness: as root, the server's OS user cannot read them."""
+        self.snapshot_root.mkdir(parents=True, exist_ok=True)
+        if self.os_user:
+            os.chown(self.snapshot_root, 0, 0)
+            os.chmod(self.snapshot_root, 0o700)
+
     def has_snapshot(self, name: str) -> bool:
         return (self.snapshot_root / name / ".complete").exists()
 
@@ -291,6 +331,7 @@ class PostgresCluster:
         """Stop the server, copy the data directory to snapshot ``name``, start again."""
         t0 = time.monotonic()
         await self.stop()
+        self._seal_snapshots()
         target = self.snapshot_root / name
         if target.exists():
             shutil.rmtree(target)
