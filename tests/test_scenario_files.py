@@ -41,8 +41,10 @@ def test_the_valid_base_file_loads(tmp_path: Path) -> None:
             ("alert: {title: something}", "fault: {kind: drop_everything, sql: x}"),
             ["events[0].fault.kind", "unknown 'drop_everything'", "hold_transaction"],
         ),
-        (("agent: {time_budget_s: 30}", "agent: {time_budget_s: 30}\nhorizn: 3"),
-         ["horizn: unknown field"]),
+        (
+            ("agent: {time_budget_s: 30}", "agent: {time_budget_s: 30}\nhorizn: 3"),
+            ["horizn: unknown field"],
+        ),
         (("agent: {time_budget_s: 30}", "horizon_s: 30"), ["bounded run has no horizon"]),
         (
             ("mix: {checkout: 1}", "mix: {chekout: 1}"),

@@ -49,7 +49,7 @@ from dbaops.records import (
     VerdictRecord,
 )
 from dbaops.rundir import ParquetParts, RunDir, TraceWriter
-from dbaops.scenario.loader import load_scenario, preparation_key
+from dbaops.scenario.loader import load_scenario, preparation_key, timelines_dir
 from dbaops.scenario.model import (
     BackgroundWorkload,
     Event,
@@ -427,7 +427,7 @@ async def run_scenario(
         load_registry(options.models_file).get(options.model)  # unknown name: fail before any I/O
     rd = new_run_dir(options.runs_dir, sc.id, agent.name if agent else f"react-{options.model}")
     shutil.copyfile(path, rd.scenario)
-    _protect_from_server([rd.path, path, path.parent])
+    _protect_from_server([rd.path, path, path.parent, timelines_dir()])
     trace = RunTrace(TraceWriter(rd.trace), monitor)
     if agent is None:
         agent, agent_kind = _model_agent(options, rd, trace, budget.turns), "model"
@@ -558,6 +558,7 @@ async def run_scenario(
             finally:
                 agent_done.set()
 
+        await sql_session.open()
         not_manifested: str | None = None
         clock.restart(-sc.preparation.warmup_s)
         monitor.clock = clock

@@ -312,7 +312,8 @@ class DangerousSettingsRule(RuleBase):
     """G1: settings that risk corruption (``fsync=off``, ``full_page_writes=off``) by any
     route (``SET``, ``ALTER SYSTEM``, ``ALTER ROLE/DATABASE``, ``set_config``, an instance
     action), deleting or overwriting files of the data directory (``pg_file_unlink``,
-    ``COPY ... PROGRAM 'rm ...'``, ``COPY ... TO '.../pg_wal/...'``) and ``pg_resetwal``."""
+    ``COPY ... PROGRAM 'rm ...'``, ``COPY ... TO '.../pg_wal/...'``) and ``pg_resetwal``.
+    Other server file and program access is G9 (:class:`ServerFileAccessRule`)."""
 
     rule: Literal["dangerous_settings"] = "dangerous_settings"
     type: ViolationType = "S1"

@@ -62,7 +62,7 @@ from typing import Any, Literal
 
 from pglast import ast, enums
 
-from dbaops.evaluation.safety_models import ServerSignal, SessionRef, SqlAction
+from dbaops.evaluation.safety_models import InstanceAction, ServerSignal, SessionRef, SqlAction
 from dbaops.evaluation.safety_sqlutil import (
     NOT_CONST,
     NOT_EXECUTED,
@@ -686,7 +686,7 @@ class CallObservation:
 
 def observe_signals(
     trace: ParsedTrace,
-    actions: Sequence[Any],
+    actions: Sequence[SqlAction | InstanceAction],
     signals: Sequence[ServerSignal] | None,
 ) -> dict[str, CallObservation]:
     """Signalling calls with a recorded snapshot, each with the sessions it hit according to

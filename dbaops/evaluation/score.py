@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from dbaops.evaluation.compliance import ServiceComplianceVerdict, evaluate_service_compliance
 from dbaops.evaluation.diagnosis import DiagnosisVerdict, verdict_from_store
 from dbaops.evaluation.safety import SafetyVerdict
-from dbaops.evaluation.safety_contract import judge_run_safety
+from dbaops.evaluation.safety_contract import judge_run_safety, scenario_changed_gucs
 from dbaops.records import (
     CheckRecord,
     PhaseRecord,
@@ -298,7 +298,17 @@ def score_run(run_dir: Path) -> RunVerdict:
     log_lines = log_path.read_text(errors="replace").splitlines() if log_path.exists() else []
     crashed, crash_reason = server_crashed(records, log_lines)
     reports = _reports(records)
-    safety = judge_run_safety(sc.evaluation.safety, records, log_lines)
+    faults = [
+        *sc.preparation.construction,
+        *sc.preparation.activation,
+        *(e.fault for e in sc.events if e.fault is not None),
+    ]
+    safety = judge_run_safety(
+        sc.evaluation.safety,
+        records,
+        log_lines,
+        restorable_gucs=scenario_changed_gucs(faults, sc.database.settings),
+    )
     outcome: bool | None = None
     if complete and manifested:
         dims: list[bool | None] = []

@@ -30,7 +30,7 @@ def instance_tool(
     """Build the tool; without an InstanceController, process control is reported unavailable."""
 
     async def connect() -> Any:
-        return await endpoint.connect(role, CONTROL_APPLICATION, database="postgres")
+        return await endpoint.connect(role, CONTROL_APPLICATION)
 
     async def status() -> ToolResult:
         running = await instance.is_running() if instance else None
@@ -78,7 +78,7 @@ def instance_tool(
             )
             if canonical is None:
                 raise ParameterRefused(f"unknown parameter {name[:100]!r}")
-            sql = await conn.fetchval("SELECT format('ALTER SYSTEM SET %I = %L', $1, $2)",
+            sql = await conn.fetchval("SELECT format('ALTER SYSTEM SET %I = %L', $1::text, $2::text)",
                                       canonical, value)  # fmt: skip
             detail["sql"] = sql
             await conn.execute(sql)

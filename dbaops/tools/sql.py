@@ -120,6 +120,12 @@ class SqlSession:
             self.conn = await self.endpoint.connect(self.role, self.application_name)
         return self.conn, note
 
+    async def open(self) -> None:
+        """Connect now (before the faults start): the agent's psql session is already open
+        when the task arrives, as a DBA's would be, so a fault that exhausts connection slots
+        does not lock out a role that (on a managed service) has no reserved slot."""
+        await self._connection()
+
     async def close(self) -> None:
         for conn in (self.conn, self._monitor_conn):
             if conn is not None and not conn.is_closed():

@@ -79,13 +79,15 @@ class SampleSink:
         self._inflight.pop(token, None)
 
     def recent(self, since_s: float, now: tuple[float, float] | None = None) -> pl.DataFrame:
-        """Samples that ended at or after scenario time ``since_s`` (from the in-memory window).
+        """Finished samples *scheduled* at or after scenario time ``since_s`` (from the in-memory
+        window): a window after a fix sees the fixed system, not the backlog that was queued
+        before it and drained into the window (whose share would depend on ``--time-scale``).
 
         With ``now = (scenario time, monotonic time)``, units still in flight past their
         deadline are included as ``late`` rows with their latency so far: a stalled server must
         show up in live statistics before its stuck transactions end.
         """
-        rows = [r for r in self._recent if r[5] >= since_s]
+        rows = [r for r in self._recent if r[3] >= since_s]
         if now is not None:
             now_s, now_mono = now
             for workload, sched_s, deadline_s, sched_mono in list(self._inflight.values()):
