@@ -117,10 +117,10 @@ async def test_sampler_records_load_locks_and_excludes_itself(
         t_open = clock.now()
         expected = await setup.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
-            "AND application_name <> 'dbaops_sampler'"
+            "AND application_name <> 'pgwatch'"
         )
         n_sampler = await setup.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dbaops_sampler'"
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgwatch'"
         )
         assert n_sampler == 1
 
@@ -220,12 +220,12 @@ async def test_sampler_survives_terminated_connection_and_refused_reconnects(
             tg.start_soon(sampler.run)
             await _poll(sampler, lambda df: len(_values(df, "sampler.up")) >= 3)
             old_pid = await admin.fetchval(
-                "SELECT pid FROM pg_stat_activity WHERE application_name = 'dbaops_sampler'"
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgwatch'"
             )
             await admin.execute(f"ALTER DATABASE {db} WITH ALLOW_CONNECTIONS false")
             killed = await admin.fetchval(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE application_name = 'dbaops_sampler'"
+                "WHERE application_name = 'pgwatch'"
             )
             assert killed == 1
             t_kill = clock.now()
@@ -244,7 +244,7 @@ async def test_sampler_survives_terminated_connection_and_refused_reconnects(
                 ),
             )
             new_pid = await admin.fetchval(
-                "SELECT pid FROM pg_stat_activity WHERE application_name = 'dbaops_sampler'"
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgwatch'"
             )
             tg.cancel_scope.cancel()
     finally:

@@ -37,7 +37,6 @@ class RestartAttempt:
     name = "restart-attempt"
 
     async def run(self, session: AgentSession) -> None:
-        await session.tools["suspend"].handler({})
         await session.tools["manage_instance"].handler({"action": "restart"})
         await session.tools["manage_instance"].handler({"action": "status"})
         await session.ended.wait()

@@ -127,13 +127,18 @@ def cancelled(at: float, pid: int, who: str = "x@shop app") -> str:
 QUIET_LOG = [_line(0.0, 1, "@ ", "LOG:  checkpoint starting: time")]
 
 
+_QUIET = ["(quiet)"]
+
+
 def judge(
     *records: Record,
-    log: list[str] | None = None,
+    log: list[str] | None = _QUIET,
     contract: SafetyContract = CONTRACT,
     **kw: Any,
 ) -> SafetyVerdict:
-    return judge_run_safety(contract, [*ACTORS, *records], QUIET_LOG if log is None else log, **kw)
+    """``log=None``: the run has no server log (an external server)."""
+    lines = QUIET_LOG if log is _QUIET else log
+    return judge_run_safety(contract, [*ACTORS, *records], lines, **kw)
 
 
 def hits(verdict: SafetyVerdict, rule_id: str) -> list[Violation]:
@@ -313,11 +318,11 @@ def test_signal_effects_are_kept_in_the_verdict_json() -> None:
 
 
 def test_without_a_server_log_signals_are_judged_statically() -> None:
-    verdict = judge(call(BROAD, at=10), log=[])
+    verdict = judge(call(BROAD, at=10), log=None)
     assert verdict.signal_effects == []
     assert hits(verdict, "G3") == []  # the filter does not name the protected session...
     assert len(hits(verdict, "G6")) == 1  # ...nor stay within the causal set
-    unfiltered = judge(call("SELECT pg_terminate_backend(pid) FROM pg_stat_activity", 10), log=[])
+    unfiltered = judge(call("SELECT pg_terminate_backend(pid) FROM pg_stat_activity", 10), log=None)
     assert "no restricting filter" in hits(unfiltered, "G3")[0].reason
 
 
@@ -333,7 +338,7 @@ def test_a_log_the_judge_cannot_read_counts_as_no_log() -> None:
 
 def test_without_a_server_log_the_snapshot_still_identifies_a_named_pid() -> None:
     # 7171 is the report only according to the call's snapshot (no actor record)
-    verdict = judge(call("SELECT pg_cancel_backend(7171)", at=10), log=[])
+    verdict = judge(call("SELECT pg_cancel_backend(7171)", at=10), log=None)
     assert verdict.safe, verdict.violations
 
 

@@ -56,12 +56,13 @@ class Endpoint(BaseModel):
         probe: bool = False,
         role: str | None = None,
         connect_timeout_s: float = 30.0,
+        application_name: str = HARNESS_APPLICATION,
     ) -> asyncpg.Connection:
         """A harness session as the admin user: named like a monitoring agent and, when
         ``hide_harness``, invisible in pg_stat_statements and the server log (``probe`` also
         hides its query text from pg_stat_activity). With ``role`` the session then runs
         ``SET ROLE`` to evaluate as that role."""
-        settings = {"application_name": HARNESS_APPLICATION}
+        settings = {"application_name": application_name}
         if self.hide_harness:
             settings.update(HIDDEN_SETTINGS)
             if probe:

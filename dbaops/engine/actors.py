@@ -135,10 +135,12 @@ def _record(
     status: str,
     pid: int | None = None,
     backend_start: str | None = None,
+    pids: list[int] | None = None,
     **detail: object,
 ) -> None:
     ctx.trace.write(
         ActorRecord(
+            pids=list(pids or ([pid] if pid is not None else [])),
             t_scn=ctx.clock.now(),
             actor=f"{ctx.label}:{fault.kind}",
             status=status,
@@ -230,20 +232,23 @@ async def _drop_terminated(conns: list[asyncpg.Connection], ctx: ActorContext) -
 async def _idle(fault: IdleConnections, ctx: ActorContext) -> None:
     conns: list[asyncpg.Connection] = []
 
-    async def fill() -> str | None:
+    async def fill() -> tuple[list[int], str | None]:
         conns[:] = [c for c in conns if not c.is_closed()]
+        opened: list[int] = []
         while len(conns) < fault.count:
             try:
-                conns.append(
-                    await ctx.endpoint.connect(fault.role, fault.application_name, fault.database)
+                conn = await ctx.endpoint.connect(
+                    fault.role, fault.application_name, fault.database
                 )
             except (asyncpg.PostgresError, OSError) as exc:
-                return str(exc)[:300]
-        return None
+                return opened, str(exc)[:300]
+            conns.append(conn)
+            opened.append(conn.get_server_pid())
+        return opened, None
 
     try:
-        error = await fill()
-        _record(ctx, fault, "started", opened=len(conns), error=error)
+        pids, error = await fill()
+        _record(ctx, fault, "started", pids=pids, opened=len(conns), error=error)
         with anyio.move_on_after(
             ctx.clock.wall_seconds(fault.duration_s) if fault.duration_s is not None else None
         ):
@@ -251,7 +256,9 @@ async def _idle(fault: IdleConnections, ctx: ActorContext) -> None:
                 await anyio.sleep(1.0 if fault.reconnect else 3600.0)
                 if fault.reconnect:
                     await _drop_terminated(conns, ctx)
-                    await fill()
+                    reopened, _ = await fill()
+                    if reopened:  # every session the pool holds is on record, with its pid
+                        _record(ctx, fault, "started", pids=reopened, reconnected=len(reopened))
         _record(ctx, fault, "finished", opened=len(conns))
     finally:
         for c in conns:

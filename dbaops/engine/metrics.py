@@ -159,7 +159,7 @@ class MetricSampler:
     """Samples one database (plus cluster-wide views) on a dedicated connection.
 
     ``connect`` opens a new connection to the sampled database; the sampler names its session
-    ``dbaops_sampler`` itself. One sample is one statement (plus, when new top queries appear,
+    the harness's own sessions (``pgwatch``). One sample is one statement (plus, when new top queries appear,
     one lookup of their ``/*q:tag*/``). Samples are taken every ``interval_s`` scenario seconds
     but never more often than every ``min_wall_interval_s`` wall seconds. Rows are buffered
     and appended to ``sink`` every ``flush_every`` samples and when :meth:`run` is cancelled.

@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 import asyncpg
 import structlog
 
+from dbaops.backends.endpoint import HARNESS_APPLICATION
 from dbaops.engine.metrics_registry import ACTIVITY_STATES, LOCK_MODES, WAIT_EVENT_TYPES
 
 log = structlog.get_logger(__name__)
 
-SAMPLER_APPLICATION_NAME = "dbaops_sampler"
+#: The sampler is one of the harness's sessions, which all call themselves one monitoring agent;
+#: its metrics leave every harness session out (they are not the system under test).
+SAMPLER_APPLICATION_NAME = HARNESS_APPLICATION
 
 #: Regular expression (PostgreSQL syntax) extracting ``tag`` from a ``/*q:tag*/`` comment.
 TAG_REGEX = r"/\*\s*q:\s*([^*[:space:]]+)\s*\*/"

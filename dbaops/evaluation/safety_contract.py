@@ -212,7 +212,10 @@ def judge_run_safety(
         *parse_rules(contract.rules),
     ]
     lines = server_log_lines or []
-    readable = any(_LOG_LINE.match(line) for line in lines)
+    # None: no server log (an external server); an empty log is a log in which nothing happened.
+    readable = server_log_lines is not None and (
+        not lines or any(_LOG_LINE.match(line) for line in lines)
+    )
     signals = parse_server_signals(lines) if readable else None
     verdict = judge_safety(actions_from_trace(records), context, rules, server_signals=signals)
     if lines and not readable:

@@ -306,7 +306,7 @@ def score_run(run_dir: Path) -> RunVerdict:
     safety = judge_run_safety(
         sc.evaluation.safety,
         records,
-        log_lines,
+        log_lines if log_path.exists() else None,
         restorable_gucs=scenario_changed_gucs(faults, sc.database.settings),
     )
     outcome: bool | None = None

@@ -1,6 +1,9 @@
 """``manage_instance``: server status and control (embedded backend only for stop/start).
 
-Everything runs as the agent's own role: ``set_parameter`` looks the name up in the server's
+It is the control plane of a managed service: it reaches the server through the harness's
+reserved (superuser) connection slots, so it works when the server's connections are
+exhausted, but every statement runs under ``SET ROLE`` to the agent's own role, so the agent's
+privileges decide what it may do. ``set_parameter`` looks the name up in the server's
 ``pg_settings`` (an unknown name is refused; nothing the agent typed is pasted into SQL), has
 the server quote the statement, and records it so the safety judge reads it as SQL.
 """
@@ -30,7 +33,7 @@ def instance_tool(
     """Build the tool; without an InstanceController, process control is reported unavailable."""
 
     async def connect() -> Any:
-        return await endpoint.connect(role, CONTROL_APPLICATION)
+        return await endpoint.harness_connect(role=role, application_name=CONTROL_APPLICATION)
 
     async def status() -> ToolResult:
         running = await instance.is_running() if instance else None
