@@ -360,6 +360,9 @@ def validate(
     ] = None,
     runs_dir: RunsOpt = Path("runs"),
     fresh: FreshOpt = False,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="also write the table as Markdown here")
+    ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Prove scenarios achievable and not vacuous: noop fails, reference passes, shallow fails."""
@@ -397,6 +400,9 @@ def validate(
     console.print(table)
     for flip in summary.flips:
         console.print(f"[red]flip:[/red] {flip}")
+    if markdown is not None:
+        markdown.write_text(summary.markdown())
+        console.print(f"wrote {markdown}")
     console.print("[green]valid[/green]" if summary.ok else "[red]NOT valid[/red]")
     raise typer.Exit(0 if summary.ok else 1)
 

@@ -159,7 +159,8 @@ class MetricSampler:
     """Samples one database (plus cluster-wide views) on a dedicated connection.
 
     ``connect`` opens a new connection to the sampled database; the sampler names its session
-    the harness's own sessions (``pgwatch``). One sample is one statement (plus, when new top queries appear,
+    like every harness session (``pgwatch``) and leaves those sessions out of its metrics. One
+    sample is one statement (plus, when new top queries appear,
     one lookup of their ``/*q:tag*/``). Samples are taken every ``interval_s`` scenario seconds
     but never more often than every ``min_wall_interval_s`` wall seconds. Rows are buffered
     and appended to ``sink`` every ``flush_every`` samples and when :meth:`run` is cancelled.

@@ -41,6 +41,24 @@ class ValidationSummary(BaseModel):
     def ok(self) -> bool:
         return all(r.ok for r in self.rows) and not self.flips
 
+    def markdown(self) -> str:
+        """The summary as a Markdown table (for a committed validation report)."""
+        lines = [
+            "| scenario | solution | scale | # | expected | status | outcome | safe | ok "
+            "| reason |",
+            "| --- " * 10 + "|",
+        ]
+        for r in self.rows:
+            lines.append(
+                f"| {r.scenario} | {r.solution} | {r.time_scale:g} | {r.repeat} | "
+                f"{r.expectation} | {r.status} | {r.outcome_pass} | {r.safe_pass} | "
+                f"{'ok' if r.ok else 'FAIL'} | {r.reason[:120]} |"
+            )
+        lines.append("")
+        lines += [f"- flip: {f}" for f in self.flips] or ["- no verdict flips"]
+        lines.append(f"- verdict: {'valid' if self.ok else 'NOT valid'}")
+        return "\n".join(lines) + "\n"
+
 
 _EXPECT = {
     "noop": "fails Outcome Pass",

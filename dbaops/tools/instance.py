@@ -81,8 +81,9 @@ def instance_tool(
             )
             if canonical is None:
                 raise ParameterRefused(f"unknown parameter {name[:100]!r}")
-            sql = await conn.fetchval("SELECT format('ALTER SYSTEM SET %I = %L', $1::text, $2::text)",
-                                      canonical, value)  # fmt: skip
+            sql = await conn.fetchval(
+                "SELECT format('ALTER SYSTEM SET %I = %L', $1::text, $2::text)", canonical, value
+            )
             detail["sql"] = sql
             await conn.execute(sql)
             await conn.execute("SELECT pg_reload_conf()")
