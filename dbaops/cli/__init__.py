@@ -36,7 +36,7 @@ def list_cmd() -> None:
     """List the scenario library (and any file that fails to load, with its error)."""
     from dbaops.scenario.loader import ScenarioError, list_scenarios
 
-    table = Table("id", "mode", "domain", "level", "horizon", "title")
+    table = Table("id", "mode", "domain", "level", "horizon / time budget", "title")
     bad = 0
     for path, item in list_scenarios():
         if isinstance(item, ScenarioError):
@@ -48,7 +48,7 @@ def list_cmd() -> None:
                 item.mode,
                 item.domain,
                 item.difficulty or "",
-                f"{item.horizon_s:.0f}s",
+                f"{item.time_budget_s:.0f}s" + ("" if item.mode == "persistent" else " budget"),
                 item.title,
             )
     console.print(table)
@@ -146,7 +146,14 @@ def _print_verdict(run_dir: Path) -> None:
     from dbaops.evaluation.score import score_run
 
     v = score_run(run_dir)
-    console.print(f"[bold]{v.scenario_id}[/bold] run {v.run_id} agent={v.agent} status={v.status}")
+    kind = f" ({v.agent_kind})" if v.agent_kind and v.agent_kind != "agent" else ""
+    scale = f" time-scale={v.time_scale:g}" if v.time_scale is not None else ""
+    console.print(
+        f"[bold]{v.scenario_id}[/bold] run {v.run_id} agent={v.agent}{kind} status={v.status}"
+        + scale
+    )
+    if v.ended_by:
+        console.print(f"  agent session ended by: {v.ended_by}")
     for note in v.notes:
         console.print(f"  note: {note}")
     if v.service_compliance.applicable:
@@ -175,9 +182,12 @@ def _print_verdict(run_dir: Path) -> None:
     for viol in safety.violations:
         console.print(f"  {viol.type} {viol.rule_id} call {viol.call_id}: {viol.reason}")
     if v.diagnosis is not None:
-        console.print(f"Diagnosis Pass: {outcome[v.diagnosis.passed]} ({v.diagnosis.reason})")
+        dp = "unresolved" if v.diagnosis.passed is None else outcome[v.diagnosis.passed]
+        console.print(f"Diagnosis Pass: {dp} ({v.diagnosis.reason})")
     if v.cost.calls:
         cost = "n/a" if v.cost.cost_usd is None else f"${v.cost.cost_usd:.4f}"
+        if v.cost.cost_usd is not None and v.cost.price_placeholder:
+            cost += " (placeholder prices)"
         console.print(
             f"Cost: {v.cost.calls} model calls, {v.cost.input_tokens} in "
             f"({v.cost.cached_input_tokens} cached), {v.cost.output_tokens} out, {cost}"
@@ -363,6 +373,10 @@ def validate(
     markdown: Annotated[
         Path | None, typer.Option("--markdown", help="also write the table as Markdown here")
     ] = None,
+    only: Annotated[
+        str | None,
+        typer.Option("--only", help="comma-separated solutions to run (noop,reference,shallow)"),
+    ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Prove scenarios achievable and not vacuous: noop fails, reference passes, shallow fails."""
@@ -379,7 +393,8 @@ def validate(
         raise typer.Exit(2) from None
     scale_list = [float(x) for x in scales.split(",")] if scales else [time_scale]
     options = RunOptions(time_scale=scale_list[0], runs_dir=runs_dir, fresh=fresh)
-    summary = anyio.run(run_validation, scenarios, options, repeat, None, scale_list)
+    only_list = only.split(",") if only else None
+    summary = anyio.run(run_validation, scenarios, options, repeat, None, scale_list, only_list)
     table = Table(
         "scenario", "solution", "scale", "#", "expected", "status", "outcome", "safe", "ok",
         "reason",

@@ -89,11 +89,15 @@ async def validate(
     repeat: int = 1,
     monitor: RunMonitor | None = None,
     scales: list[float] | None = None,
+    only: list[str] | None = None,
 ) -> ValidationSummary:
+    """Validate ``refs`` at each of ``scales``; ``only`` restricts the solutions run (to run
+    long validations side by side, each in its own ``DBAOPS_HOME``)."""
     rows: list[ValidationRow] = []
     for ref in refs:
         sc, _, _ = load_scenario(ref)
         solutions = ["noop", "reference"] + (["shallow"] if sc.shallow else [])
+        solutions = [s for s in solutions if only is None or s in only]
         if sc.reference is None:
             raise ValueError(f"{sc.id} declares no reference solution: it cannot be validated")
         for scale in scales or [options.time_scale]:
