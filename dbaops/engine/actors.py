@@ -13,6 +13,8 @@ from typing import Protocol
 import anyio
 import asyncpg
 import structlog
+from anyio import TASK_STATUS_IGNORED
+from anyio.abc import TaskStatus
 
 from dbaops.backends.endpoint import Endpoint
 from dbaops.clock import ScenarioClock
@@ -73,8 +75,28 @@ async def _identity(conn: asyncpg.Connection) -> tuple[int, str]:
     return int(row["pid"]), str(row["backend_start"])
 
 
-async def run_fault(fault: FaultSpec, ctx: ActorContext) -> None:
-    """Apply a fault; live actors run until their duration ends or the run is cancelled."""
+class _Ready:
+    """Tells a waiting ``TaskGroup.start`` once, when the fault is in place."""
+
+    def __init__(self, task_status: TaskStatus[None]) -> None:
+        self._status = task_status
+        self._done = False
+
+    def __call__(self) -> None:
+        if not self._done:
+            self._done = True
+            self._status.started()
+
+
+async def run_fault(
+    fault: FaultSpec, ctx: ActorContext, *, task_status: TaskStatus[None] = TASK_STATUS_IGNORED
+) -> None:
+    """Apply a fault; live actors run until their duration ends or the run is cancelled.
+
+    With ``await tg.start(run_fault, ...)`` the caller resumes once the fault is in place (a
+    held transaction has taken its locks, a pool holds its connections), so a warm-up that
+    follows measures the faulty system however long the fault took to set up."""
+    ready = _Ready(task_status)
     if isinstance(fault, SqlFault):
         await _sql(fault, ctx)
     elif isinstance(fault, SetSetting):
@@ -82,13 +104,14 @@ async def run_fault(fault: FaultSpec, ctx: ActorContext) -> None:
     elif isinstance(fault, InstanceControl):
         await _instance(fault, ctx)
     elif isinstance(fault, HoldTransaction):
-        await _hold(fault, ctx)
+        await _hold(fault, ctx, ready)
     elif isinstance(fault, LoadActor):
-        await _load(fault, ctx)
+        await _load(fault, ctx, ready)
     elif isinstance(fault, IdleConnections):
-        await _idle(fault, ctx)
+        await _idle(fault, ctx, ready)
     else:  # pragma: no cover - the discriminated union makes this unreachable
         raise FaultError(f"unknown fault {fault!r}")
+    ready()
 
 
 async def _sql(fault: SqlFault, ctx: ActorContext) -> None:
@@ -154,7 +177,7 @@ def _record(
     )
 
 
-async def _hold(fault: HoldTransaction, ctx: ActorContext) -> None:
+async def _hold(fault: HoldTransaction, ctx: ActorContext, ready: _Ready) -> None:
     conn = await ctx.endpoint.connect(fault.role, fault.application_name, fault.database)
     pid, started = await _identity(conn)
     finished = False
@@ -170,6 +193,7 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext) -> None:
         for stmt in fault.statements:
             await conn.execute(stmt)
         _record(ctx, fault, "started", pid, started)
+        ready()
         if fault.idle:
             if fault.duration_s is None:
                 await anyio.sleep_forever()
@@ -190,11 +214,16 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext) -> None:
         conn.terminate()
 
 
-async def _load(fault: LoadActor, ctx: ActorContext) -> None:
+async def _load(fault: LoadActor, ctx: ActorContext, ready: _Ready) -> None:
+    connected = [0]
+
     async def session(i: int) -> None:
         conn = await ctx.endpoint.connect(fault.role, fault.application_name, fault.database)
         pid, started = await _identity(conn)
         _record(ctx, fault, "started", pid, started, session=i)
+        connected[0] += 1
+        if connected[0] == fault.sessions:
+            ready()
         try:
             while True:
                 for stmt in fault.statements:
@@ -229,7 +258,7 @@ async def _drop_terminated(conns: list[asyncpg.Connection], ctx: ActorContext) -
             c.terminate()
 
 
-async def _idle(fault: IdleConnections, ctx: ActorContext) -> None:
+async def _idle(fault: IdleConnections, ctx: ActorContext, ready: _Ready) -> None:
     conns: list[asyncpg.Connection] = []
 
     async def fill() -> tuple[list[int], str | None]:
@@ -249,6 +278,7 @@ async def _idle(fault: IdleConnections, ctx: ActorContext) -> None:
     try:
         pids, error = await fill()
         _record(ctx, fault, "started", pids=pids, opened=len(conns), error=error)
+        ready()
         with anyio.move_on_after(
             ctx.clock.wall_seconds(fault.duration_s) if fault.duration_s is not None else None
         ):

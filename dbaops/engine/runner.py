@@ -569,17 +569,18 @@ async def run_scenario(
             tg.start_soon(sink.run_flusher)
             if follower is not None:
                 tg.start_soon(follower.run)
+            monitor.phase = "activation"
+            for fault in sc.preparation.activation:
+                await tg.start(run_fault, fault, ctx)
+            # The warm-up starts once every live fault is in place, so the system the agent
+            # meets at t = 0 has been faulty for the whole warm-up at any time scale.
+            clock.restart(-sc.preparation.warmup_s)
             if sampler is not None:
                 tg.start_soon(sampler.run)
             for driver in _drivers(
                 sc, lib, endpoint, clock, sink, seed, drivers_horizon, meta["expected_results"]
             ):
                 tg.start_soon(driver.run)
-            for fault in sc.preparation.activation:
-                if fault.kind in ("sql", "set_setting", "instance"):
-                    await run_fault(fault, ctx)
-                else:
-                    tg.start_soon(run_fault, fault, ctx)
             monitor.phase = "warm-up"
             await clock.sleep_until(0.0)
             monitor.phase = "manifestation"
