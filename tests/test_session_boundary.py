@@ -40,7 +40,7 @@ async def test_the_session_exposes_no_internals() -> None:
     with pytest.raises((AttributeError, TypeError)):  # frozen, slotted: nothing can be added
         session.scenario = object()  # type: ignore[attr-defined]
     with pytest.raises(TypeError):
-        session.tools["x"] = _tool("x", None)  # type: ignore[index]
+        session.tools["x"] = _tool("x", print)  # type: ignore[index]
     assert not hasattr(session.clock, "restart") and not hasattr(session.ended, "set")
     ended.set()
     assert session.ended.is_set()
