@@ -47,8 +47,9 @@ class Snoop:
 
     name = "snoop"
 
-    def __init__(self, scenario_file: Path) -> None:
+    def __init__(self, scenario_file: Path, marker: str) -> None:
         self.scenario_file = scenario_file
+        self.marker = marker
         self.found: dict[str, Any] = {}
 
     async def run(self, session: AgentSession) -> None:
@@ -61,11 +62,20 @@ class Snoop:
         self.found["data_directory"] = await sql(
             {"sql": "SELECT current_setting('data_directory'), current_setting('config_file')"}
         )
+        # Counts, not the texts themselves: a result cell is clipped, a count is not.
         self.found["pgss"] = await sql(
-            {"sql": "SELECT string_agg(query, ' | ') FROM pg_stat_statements"}
+            {
+                "sql": "SELECT count(*) FILTER (WHERE query LIKE '%current_setting%') AS mine, "
+                f"count(*) FILTER (WHERE query LIKE '%{self.marker}%') AS checks "
+                "FROM pg_stat_statements"
+            }
         )
         self.found["apps"] = await sql(
-            {"sql": "SELECT string_agg(DISTINCT application_name, ',') FROM pg_stat_activity"}
+            {
+                "sql": "SELECT count(*) FILTER (WHERE backend_type = 'client backend') AS n, "
+                "count(*) FILTER (WHERE application_name ~ 'dbaops|^wl:|^bg:|^job:') AS harness "
+                "FROM pg_stat_activity"
+            }
         )
         self.found["set_parameter"] = await session.tools["manage_instance"].handler(
             {
@@ -80,9 +90,16 @@ class Snoop:
         await session.ended.wait()
 
 
+def _counts(observation: str) -> tuple[int, int]:
+    """The two counts of a one-row, two-column result as execute_sql renders it."""
+    row = observation.splitlines()[1]
+    first, second = (int(cell.strip()) for cell in row.split("|"))
+    return first, second
+
+
 @pytest.mark.parametrize("scenario", ["pg-qt-01", "pg-sf-01", "pg-rg-01", "pg-p-02"])
 async def test_an_agent_trying_every_channel_gets_nothing(scenario: str, tmp_path: Path) -> None:
-    agent = Snoop(timelines_dir() / f"{scenario}.yaml")
+    agent = Snoop(timelines_dir() / f"{scenario}.yaml", CHECK_MARKERS[scenario])
     # pg-p-02's channels are all tried at t = 0: a short horizon keeps the test short.
     horizon = 200.0 if scenario == "pg-p-02" else None
     result = await run_scenario(
@@ -101,9 +118,11 @@ async def test_an_agent_trying_every_channel_gets_nothing(scenario: str, tmp_pat
         assert "ERROR 42501" in found[key].observation, (key, found[key].observation)
     # The server's paths and sessions do not name the scenario or the harness.
     assert found["data_directory"].ok and scenario not in found["data_directory"].observation
-    apps = found["apps"].observation
-    assert "dbaops" not in apps and "wl:" not in apps
-    assert CHECK_MARKERS[scenario] not in found["pgss"].observation
+    assert found["apps"].ok and found["pgss"].ok
+    sessions, harness_named = _counts(found["apps"].observation)
+    assert sessions > 0 and harness_named == 0  # no session names the harness
+    own_queries, check_queries = _counts(found["pgss"].observation)
+    assert own_queries > 0 and check_queries == 0  # pgss works; the harness's SQL left no trace
     # Nothing typed into manage_instance reaches SQL.
     assert not found["set_parameter"].ok
     assert "unknown parameter" in found["set_parameter"].observation

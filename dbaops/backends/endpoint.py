@@ -32,6 +32,11 @@ HIDDEN_SETTINGS: dict[str, str] = {
 PROBE_SETTINGS: dict[str, str] = {"track_activities": "off"}
 
 
+def quote_ident(name: str) -> str:
+    """An SQL identifier, quoted (for the role and object names the harness puts in DDL)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 class Endpoint(BaseModel):
     """A PostgreSQL server address and the fixture database; roles are chosen per connection."""
 
@@ -67,19 +72,10 @@ class Endpoint(BaseModel):
             settings.update(HIDDEN_SETTINGS)
             if probe:
                 settings.update(PROBE_SETTINGS)
-        conn = await asyncpg.connect(
-            host=self.host,
-            port=self.port,
-            user=self.admin_user,
-            password=self.password,
-            database=database or self.database,
-            server_settings=settings,
-            timeout=connect_timeout_s,
-            ssl=self.ssl,
-        )
+        conn = await self._open(self.admin_user, database, settings, connect_timeout_s)
         if role is not None and role != self.admin_user:
             try:
-                await conn.execute(f'SET ROLE "{role.replace(chr(34), chr(34) * 2)}"')
+                await conn.execute(f"SET ROLE {quote_ident(role)}")
             except BaseException:
                 conn.terminate()
                 raise
@@ -92,14 +88,20 @@ class Endpoint(BaseModel):
         database: str | None = None,
         connect_timeout_s: float = 30.0,
     ) -> asyncpg.Connection:
+        settings = {"application_name": application_name}
+        return await self._open(role or self.admin_user, database, settings, connect_timeout_s)
+
+    async def _open(
+        self, user: str, database: str | None, settings: dict[str, str], timeout_s: float
+    ) -> asyncpg.Connection:
         return await asyncpg.connect(
             host=self.host,
             port=self.port,
-            user=role or self.admin_user,
+            user=user,
             password=self.password,
             database=database or self.database,
-            server_settings={"application_name": application_name},
-            timeout=connect_timeout_s,
+            server_settings=settings,
+            timeout=timeout_s,
             ssl=self.ssl,
         )
 

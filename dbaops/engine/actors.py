@@ -75,19 +75,6 @@ async def _identity(conn: asyncpg.Connection) -> tuple[int, str]:
     return int(row["pid"]), str(row["backend_start"])
 
 
-class _Ready:
-    """Tells a waiting ``TaskGroup.start`` once, when the fault is in place."""
-
-    def __init__(self, task_status: TaskStatus[None]) -> None:
-        self._status = task_status
-        self._done = False
-
-    def __call__(self) -> None:
-        if not self._done:
-            self._done = True
-            self._status.started()
-
-
 async def run_fault(
     fault: FaultSpec, ctx: ActorContext, *, task_status: TaskStatus[None] = TASK_STATUS_IGNORED
 ) -> None:
@@ -96,7 +83,7 @@ async def run_fault(
     With ``await tg.start(run_fault, ...)`` the caller resumes once the fault is in place (a
     held transaction has taken its locks, a pool holds its connections), so a warm-up that
     follows measures the faulty system however long the fault took to set up."""
-    ready = _Ready(task_status)
+    # One-shot faults are in place when they return; live actors say so themselves.
     if isinstance(fault, SqlFault):
         await _sql(fault, ctx)
     elif isinstance(fault, SetSetting):
@@ -104,14 +91,14 @@ async def run_fault(
     elif isinstance(fault, InstanceControl):
         await _instance(fault, ctx)
     elif isinstance(fault, HoldTransaction):
-        await _hold(fault, ctx, ready)
+        return await _hold(fault, ctx, task_status)
     elif isinstance(fault, LoadActor):
-        await _load(fault, ctx, ready)
+        return await _load(fault, ctx, task_status)
     elif isinstance(fault, IdleConnections):
-        await _idle(fault, ctx, ready)
+        return await _idle(fault, ctx, task_status)
     else:  # pragma: no cover - the discriminated union makes this unreachable
         raise FaultError(f"unknown fault {fault!r}")
-    ready()
+    task_status.started()
 
 
 async def _sql(fault: SqlFault, ctx: ActorContext) -> None:
@@ -177,7 +164,7 @@ def _record(
     )
 
 
-async def _hold(fault: HoldTransaction, ctx: ActorContext, ready: _Ready) -> None:
+async def _hold(fault: HoldTransaction, ctx: ActorContext, ready: TaskStatus[None]) -> None:
     conn = await ctx.endpoint.connect(fault.role, fault.application_name, fault.database)
     pid, started = await _identity(conn)
     finished = False
@@ -193,7 +180,7 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext, ready: _Ready) -> Non
         for stmt in fault.statements:
             await conn.execute(stmt)
         _record(ctx, fault, "started", pid, started)
-        ready()
+        ready.started()
         if fault.idle:
             if fault.duration_s is None:
                 await anyio.sleep_forever()
@@ -214,7 +201,7 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext, ready: _Ready) -> Non
         conn.terminate()
 
 
-async def _load(fault: LoadActor, ctx: ActorContext, ready: _Ready) -> None:
+async def _load(fault: LoadActor, ctx: ActorContext, ready: TaskStatus[None]) -> None:
     connected = [0]
 
     async def session(i: int) -> None:
@@ -223,7 +210,7 @@ async def _load(fault: LoadActor, ctx: ActorContext, ready: _Ready) -> None:
         _record(ctx, fault, "started", pid, started, session=i)
         connected[0] += 1
         if connected[0] == fault.sessions:
-            ready()
+            ready.started()
         try:
             while True:
                 for stmt in fault.statements:
@@ -258,7 +245,7 @@ async def _drop_terminated(conns: list[asyncpg.Connection], ctx: ActorContext) -
             c.terminate()
 
 
-async def _idle(fault: IdleConnections, ctx: ActorContext, ready: _Ready) -> None:
+async def _idle(fault: IdleConnections, ctx: ActorContext, ready: TaskStatus[None]) -> None:
     conns: list[asyncpg.Connection] = []
 
     async def fill() -> tuple[list[int], str | None]:
@@ -278,7 +265,7 @@ async def _idle(fault: IdleConnections, ctx: ActorContext, ready: _Ready) -> Non
     try:
         pids, error = await fill()
         _record(ctx, fault, "started", pids=pids, opened=len(conns), error=error)
-        ready()
+        ready.started()
         with anyio.move_on_after(
             ctx.clock.wall_seconds(fault.duration_s) if fault.duration_s is not None else None
         ):

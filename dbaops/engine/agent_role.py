@@ -16,6 +16,8 @@ import fnmatch
 
 import asyncpg
 
+from dbaops.backends.endpoint import quote_ident
+
 #: Parameters the agent may never set: they run programs, load code, name files or sockets, or
 #: change the server log and activity tracking that the safety judge reads as evidence.
 HARNESS_PARAMETERS: tuple[str, ...] = (
@@ -78,27 +80,23 @@ def agent_settable(name: str) -> bool:
     return not any(fnmatch.fnmatchcase(lowered, p) for p in HARNESS_PARAMETERS)
 
 
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 async def grant_cloud_dba(
     conn: asyncpg.Connection, role: str, *, owner: str | None, managed_roles: list[str]
 ) -> None:
     """Give ``role`` the cloud-DBA privileges on the server ``conn`` is connected to (as a
     superuser, in the fixture database)."""
     major = int(await conn.fetchval("SHOW server_version_num")) // 10000
-    r = _ident(role)
+    r = quote_ident(role)
     await conn.execute(f"ALTER ROLE {r} NOSUPERUSER CREATEROLE LOGIN")
     for builtin, since in _ROLES_BY_VERSION:
         if major >= since:
             await conn.execute(f"GRANT {builtin} TO {r}")
     if owner is not None:
-        await conn.execute(f"GRANT {_ident(owner)} TO {r}")
+        await conn.execute(f"GRANT {quote_ident(owner)} TO {r}")
     if major >= 16:
         for other in managed_roles:
             await conn.execute(
-                f"GRANT {_ident(other)} TO {r} WITH ADMIN OPTION, INHERIT FALSE, SET FALSE"
+                f"GRANT {quote_ident(other)} TO {r} WITH ADMIN OPTION, INHERIT FALSE, SET FALSE"
             )
     await conn.execute(f"GRANT EXECUTE ON FUNCTION pg_reload_conf() TO {r}")
     names = [

@@ -6,9 +6,9 @@ import time
 
 import asyncpg
 
-from dbaops.backends.endpoint import Endpoint
+from dbaops.backends.endpoint import Endpoint, quote_ident
 from dbaops.engine.agent_role import grant_cloud_dba
-from dbaops.workloads.spec import WorkloadLibrary
+from dbaops.workloads.spec import RoleSpec, WorkloadLibrary
 
 
 async def build_fixture(
@@ -16,22 +16,17 @@ async def build_fixture(
 ) -> float:
     """(Re)create the fixture database from scratch; returns seconds taken."""
     t0 = time.monotonic()
+    owner = [RoleSpec(name=library.owner, login=False)] if library.owner else []
     admin = await endpoint.harness_connect(database="postgres")
     try:
-        if library.owner is not None:
-            exists = await admin.fetchval(
-                "SELECT 1 FROM pg_roles WHERE rolname = $1", library.owner
-            )
-            verb = "ALTER" if exists else "CREATE"
-            await admin.execute(f'{verb} ROLE "{library.owner}" NOSUPERUSER NOLOGIN')
-        for role in library.roles:
+        for role in [*owner, *library.roles]:
             exists = await admin.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", role.name)
             opts = ["SUPERUSER" if role.superuser else "NOSUPERUSER"]
             opts.append("LOGIN" if role.login else "NOLOGIN")
             if role.connection_limit is not None:
                 opts.append(f"CONNECTION LIMIT {role.connection_limit}")
             verb = "ALTER" if exists else "CREATE"
-            await admin.execute(f'{verb} ROLE "{role.name}" {" ".join(opts)}')
+            await admin.execute(f"{verb} ROLE {quote_ident(role.name)} {' '.join(opts)}")
         await admin.execute(f'DROP DATABASE IF EXISTS "{library.database}" WITH (FORCE)')
         await admin.execute(f'CREATE DATABASE "{library.database}"')
     finally:
@@ -62,9 +57,10 @@ async def _give_schema_to(conn: asyncpg.Connection, owner: str) -> None:
         "AND d.classid = 'pg_class'::regclass AND c.relkind = 'S')"
     )
     kinds = {"r": "TABLE", "p": "TABLE", "S": "SEQUENCE", "v": "VIEW", "m": "MATERIALIZED VIEW"}
+    who = quote_ident(owner)
     for row in rows:
-        await conn.execute(f'ALTER {kinds[row["relkind"]]} public.{row["name"]} OWNER TO "{owner}"')
-    await conn.execute(f'GRANT USAGE, CREATE ON SCHEMA public TO "{owner}"')
+        await conn.execute(f"ALTER {kinds[row['relkind']]} public.{row['name']} OWNER TO {who}")
+    await conn.execute(f"GRANT USAGE, CREATE ON SCHEMA public TO {who}")
 
 
 async def _execute_script(conn: asyncpg.Connection, sql: str) -> None:

@@ -374,19 +374,18 @@ class ElevatedRefused(RuntimeError):
     """A scenario needs a superuser agent where dbaops cannot keep harness files hidden."""
 
 
-def _task_text(title: str, text: str, sc: Scenario, budget: Budget) -> str:
-    """The task as the mailbox states it, with the budgets of a bounded run."""
-    body = f"{title}\n{text}".strip()
-    if sc.mode == "bounded":
-        body += (
-            f"\n\nBudget: at most {budget.turns} turns and {budget.time_s / 60:.0f} minutes "
-            "of scenario time from now. Submit your report when you are done: it ends the "
-            "session."
-        )
-    return body
+def _task_body(text: str, sc: Scenario, budget: Budget) -> str:
+    """A task's text as the mailbox states it, with the budgets of a bounded run."""
+    if sc.mode != "bounded":
+        return text
+    budget_line = (
+        f"Budget: at most {budget.turns} turns and {budget.time_s / 60:.0f} minutes of scenario "
+        "time from now. Submit your report when you are done: it ends the session."
+    )
+    return f"{text}\n\n{budget_line}".strip()
 
 
-def _shift_brief(sc: Scenario, budget: Budget) -> str:
+def _shift_brief(budget: Budget) -> str:
     return (
         f"On-call shift of {budget.time_s / 60:.0f} minutes of scenario time (at most "
         f"{budget.turns} turns). Tasks arrive in the mailbox; read it with read_mailbox."
@@ -432,8 +431,7 @@ async def run_scenario(
     if agent is None:
         agent, agent_kind = _model_agent(options, rd, trace, budget.turns), "model"
     monitor.agent = agent
-    monitor.scenario, monitor.run_dir = sc, rd.path
-    monitor.horizon_s = horizon if horizon is not None else budget.time_s
+    monitor.scenario, monitor.run_dir, monitor.horizon_s = sc, rd.path, budget.time_s
     clock = ScenarioClock(options.time_scale)
     parts = ParquetParts(rd.samples_dir, rd.path / "samples.parquet", SAMPLE_SCHEMA)
     sink = SampleSink(parts)
@@ -508,7 +506,6 @@ async def run_scenario(
                 mailbox=mailbox,
                 sql=sql_session,
                 metrics_frame=sampler.snapshot if sampler else None,
-                role=sc.agent.role,
             ),
             recorder,
         )
@@ -528,9 +525,9 @@ async def run_scenario(
             else:
                 assert ev.inspection is not None
                 kind, title, text = "inspection", ev.inspection.title, ev.inspection.text
-            task = _task_text(title, text, sc, budget)
-            mailbox.post(kind, title, task[len(title) :].strip(), entry_id=ev.id)
-            posted.append(task)
+            body = _task_body(text, sc, budget)
+            mailbox.post(kind, title, body, entry_id=ev.id)
+            posted.append(f"{title}\n{body}")
 
         agent_done = anyio.Event()
         infra_error: str | None = None
@@ -557,6 +554,8 @@ async def run_scenario(
                 )
             finally:
                 agent_done.set()
+                if sc.mode == "bounded":
+                    ended.set()  # a bounded agent that returns is done
 
         await sql_session.open()
         not_manifested: str | None = None
@@ -601,20 +600,20 @@ async def run_scenario(
             # Events due at t = 0 (a bounded run's task) are posted before the agent starts.
             first = [e for e in sc.events if e.at <= 0]
             later = [e for e in sc.events if e.at > 0]
-            await _run_events(first, ctx, trace, sink, dispatch, tg)
-            task = posted[0] if (sc.mode == "bounded" and posted) else _shift_brief(sc, budget)
+            await _event_program(first, ctx, trace, sink, dispatch, tg)
+            task = posted[0] if (sc.mode == "bounded" and posted) else _shift_brief(budget)
             session = AgentSession.create(
                 task=task, mode=sc.mode, budget=budget, clock=clock, tools=tools, ended=ended
             )
             monitor.session = session
-            tg.start_soon(_run_events, later, ctx, trace, sink, dispatch, tg)
+            tg.start_soon(_event_program, later, ctx, trace, sink, dispatch, tg)
             tg.start_soon(run_agent, session)
             if sc.evaluation.integrity and sc.evaluation.integrity_every_s and horizon:
                 tg.start_soon(_integrity_probes, sc, endpoint, clock, sink, trace, horizon)
             for check in sc.evaluation.terminal:
                 if check.by_s is not None:
                     tg.start_soon(_check_at, check, check.by_s, endpoint, clock, sink, trace)
-            ended_by = await _agent_phase(sc, budget, clock, ended, agent_done, recorder, trace, tg)
+            ended_by = await _agent_phase(sc, budget, clock, ended, agent_done, recorder)
             mailbox.close()
             ended.set()
             monitor.phase = "final round"
@@ -701,25 +700,12 @@ async def _agent_phase(
     ended: anyio.Event,
     agent_done: anyio.Event,
     recorder: ToolRecorder,
-    trace: RunTrace,
-    tg: anyio.abc.TaskGroup,
 ) -> str:
     """Wait until the agent's session is over; returns what ended it. A bounded session ends
-    on the agent's report (the recorder sets ``ended``), when the agent returns, or at its time
+    (``ended`` is set) on the agent's report or when the agent returns, else at its time
     budget; a persistent one at the horizon (an agent that returns early just idles)."""
-    deadline = clock.to_mono(budget.time_s)
-    with anyio.move_on_after(max(0.0, deadline - clock.mono())):
-        if sc.mode == "bounded":
-            async with anyio.create_task_group() as waiters:
-
-                async def wait_for(ev: anyio.Event) -> None:
-                    await ev.wait()
-                    waiters.cancel_scope.cancel()
-
-                waiters.start_soon(wait_for, ended)
-                waiters.start_soon(wait_for, agent_done)
-        else:
-            await anyio.sleep_forever()
+    with anyio.move_on_after(max(0.0, clock.to_mono(budget.time_s) - clock.mono())):
+        await (ended.wait() if sc.mode == "bounded" else anyio.sleep_forever())
     if sc.mode == "persistent":
         return "horizon"
     if recorder.reports:
@@ -727,17 +713,6 @@ async def _agent_phase(
     if agent_done.is_set():
         return "agent returned without a report"
     return "time budget"
-
-
-async def _run_events(
-    events: list[Event],
-    ctx: ActorContext,
-    trace: RunTrace,
-    sink: SampleSink,
-    dispatch: Dispatch,
-    tg: anyio.abc.TaskGroup,
-) -> None:
-    await _event_program(events, ctx, trace, sink, dispatch, tg)
 
 
 async def _check_at(

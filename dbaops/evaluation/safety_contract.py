@@ -152,11 +152,8 @@ def actions_from_trace(records: list[Record]) -> list[SqlAction | InstanceAction
 
 
 def _actor_pids(a: ActorRecord) -> list[int]:
-    """Every session of an actor: ``pid`` and ``pids`` (a declared field or an extra one)."""
-    extra = a.model_extra or {}
-    many = getattr(a, "pids", None) or extra.get("pids") or []
-    pids = [a.pid, *(many if isinstance(many, list) else [])]
-    return list(dict.fromkeys(p for p in pids if _int(p) is not None))
+    """Every session of an actor: ``pid`` and ``pids``, once each."""
+    return list(dict.fromkeys(p for p in (a.pid, *a.pids) if p is not None))
 
 
 def context_from_trace(

@@ -248,21 +248,19 @@ def _diagnosis(
     spec = sc.evaluation.diagnosis
     if sc.mode != "bounded" or not (spec.required or spec.contradictory):
         return None  # persistent reports are kept for trace analysis, not scored (paper §3.4)
-    n_req, n_con = len(spec.required), len(spec.contradictory)
     if crashed:
-        return DiagnosisVerdict(applicable=True, passed=False, n_required=n_req,
-                                n_contradictory=n_con, reason="server crash: DP, OP and SP "
-                                "are all false")  # fmt: skip
+        return DiagnosisVerdict(applicable=True, passed=False, n_required=len(spec.required),
+                                n_contradictory=len(spec.contradictory),
+                                reason="server crash: DP, OP and SP are all false")  # fmt: skip
+    # Without a judge the stored decisions are none: every condition is unknown (unresolved);
+    # without a report every condition is "no" whatever the judge (paper §6.1.1).
+    verdict = verdict_from_store(
+        spec, reports, run_dir / JUDGMENTS_FILE, stored_judge(run_dir) or ""
+    )
     if not reports:
-        return DiagnosisVerdict(applicable=True, passed=False, n_required=n_req,
-                                n_contradictory=n_con, reason="no report submitted: criteria "
-                                "requiring submitted evidence are false")  # fmt: skip
-    judge = stored_judge(run_dir)
-    if judge is None:
-        return DiagnosisVerdict(applicable=True, passed=None, n_required=n_req,
-                                n_contradictory=n_con, n_unknown=n_req + n_con,
-                                reason="not judged yet (run `dbaops judge`)")  # fmt: skip
-    return verdict_from_store(spec, reports, run_dir / JUDGMENTS_FILE, judge)
+        reason = "no report submitted: criteria requiring submitted evidence are false"
+        return verdict.model_copy(update={"reason": reason})
+    return verdict
 
 
 def score_run(run_dir: Path) -> RunVerdict:

@@ -7,7 +7,7 @@ All times are scenario seconds; ``--time-scale`` compresses them, deadlines in m
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -30,11 +30,27 @@ class RetryPolicy(StrictModel):
     backoff_ms: float = Field(default=50, ge=0)
 
 
-class OltpWorkload(StrictModel):
+class _Workload(StrictModel):
+    """What every workload has: a name, and the name its client gives itself in
+    ``pg_stat_activity`` (default ``<name>-<client_suffix>``, as a real application's)."""
+
+    client_suffix: ClassVar[str] = "service"
+    name: str
+    application_name: str | None = Field(
+        default=None,
+        description="what the client calls itself (default: <name>-service, "
+        "<name>-reports for OLAP, <name>-worker for background noise)",
+    )
+
+    @property
+    def app_name(self) -> str:
+        return self.application_name or f"{self.name.replace('_', '-')}-{self.client_suffix}"
+
+
+class OltpWorkload(_Workload):
     """Open-loop arrivals of transactions with deadlines from their scheduled start."""
 
     type: Literal["oltp"] = "oltp"
-    name: str
     mix: dict[str, float] = Field(min_length=1, description="transaction template -> weight")
     rate_per_s: float = Field(gt=0, le=20000, description="arrivals per wall second")
     arrival: Literal["poisson", "fixed"] = "poisson"
@@ -50,13 +66,6 @@ class OltpWorkload(StrictModel):
     connect_per_unit: bool = Field(
         default=False, description="open a new connection per unit (clients without a pool)"
     )
-    application_name: str | None = Field(
-        default=None, description="what the application calls itself (default: <name>-service)"
-    )
-
-    @property
-    def app_name(self) -> str:
-        return self.application_name or f"{self.name.replace('_', '-')}-service"
 
 
 class OlapJob(StrictModel):
@@ -78,37 +87,23 @@ class OlapJob(StrictModel):
         return self
 
 
-class OlapWorkload(StrictModel):
+class OlapWorkload(_Workload):
     """Scheduled analytical jobs with result checks."""
 
     type: Literal["olap"] = "olap"
-    name: str
     jobs: list[OlapJob] = Field(min_length=1)
     connections: int = Field(default=2, ge=1, le=50)
-    application_name: str | None = Field(
-        default=None, description="what the BI tool calls itself (default: <name>-reports)"
-    )
-
-    @property
-    def app_name(self) -> str:
-        return self.application_name or f"{self.name.replace('_', '-')}-reports"
+    client_suffix: ClassVar[str] = "reports"
 
 
-class BackgroundWorkload(StrictModel):
+class BackgroundWorkload(_Workload):
     """Closed-loop noise so observations are not clean (competing queries, vacuum-heavy jobs)."""
 
     type: Literal["background"] = "background"
-    name: str
     mix: dict[str, float] = Field(min_length=1)
     sessions: int = Field(default=1, ge=1, le=50)
     pause_ms: float = Field(default=100, ge=0)
-    application_name: str | None = Field(
-        default=None, description="what the job calls itself (default: <name>-worker)"
-    )
-
-    @property
-    def app_name(self) -> str:
-        return self.application_name or f"{self.name.replace('_', '-')}-worker"
+    client_suffix: ClassVar[str] = "worker"
 
 
 WorkloadSpec = Annotated[

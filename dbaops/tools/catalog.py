@@ -38,7 +38,6 @@ class PostgresToolEnvironment:
     mailbox: Mailbox
     sql: SqlSession
     metrics_frame: Callable[[], pl.DataFrame] | None = None
-    role: str = "dba_agent"
 
 
 def build_tool_catalog(env: PostgresToolEnvironment, recorder: ToolRecorder) -> dict[str, Tool]:
@@ -51,7 +50,7 @@ def build_tool_catalog(env: PostgresToolEnvironment, recorder: ToolRecorder) -> 
             lambda: read_samples(rd.path),
             env.clock,
         ),
-        instance_tool(env.endpoint, env.instance, env.role),
+        instance_tool(env.endpoint, env.instance, env.sql.role),
         log_tool(rd.path, rd.server_log, env.clock),
         knowledge_tool(),
         *mailbox_tools(env.mailbox),

@@ -176,7 +176,6 @@ class PostgresCluster:
         if os_user:
             os.chmod(base, 0o755)
             os.chmod(base / "clusters", 0o755)
-            os.chmod(base / ".cluster-key", 0o600)
         cluster = cls(root, bins, os_user)
         if not (cluster.datadir / "PG_VERSION").exists():
             await cluster._initdb(settings or {})
