@@ -6,9 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from dbaops.scenario.loader import ScenarioError, list_scenarios, load_scenario
+from dbaops.scenario.loader import (
+    ScenarioError,
+    list_scenarios,
+    load_library,
+    load_scenario,
+    preparation_key,
+)
 
 VALID = """\
+format: 2
 id: t-valid
 title: valid
 mode: bounded
@@ -27,6 +34,16 @@ def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "scenario.yaml"
     path.write_text(text)
     return path
+
+
+def _assert_refused(path: Path, expected: list[str]) -> None:
+    """Loading ``path`` fails with one message naming the file and every expected fragment."""
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    message = str(info.value)
+    assert message.startswith(str(path))
+    for fragment in expected:
+        assert fragment in message, message
 
 
 def test_the_valid_base_file_loads(tmp_path: Path) -> None:
@@ -71,20 +88,180 @@ def test_bad_scenario_file_names_file_field_and_problem(
 ) -> None:
     old, new = edit
     assert old in VALID
-    path = _write(tmp_path, VALID.replace(old, new, 1))
+    _assert_refused(_write(tmp_path, VALID.replace(old, new, 1)), expected)
+
+
+REFERENCE = """
+reference:
+  steps:
+    - {event: task, tool: execute_sql, args: {sql: "SELECT 1"}}
+"""
+
+CHECK = """
+evaluation:
+  terminal:
+    - {check: sql, name: fine, sql: "SELECT true"}
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "edit", "expected"),
+    [
+        (CHECK, ("SELECT true", "SELEC true"), ["evaluation.terminal[0].sql", "does not parse"]),
+        (REFERENCE, ("SELECT 1", "SELEC 1"), ["reference.steps[0].args.sql", "does not parse"]),
+        (
+            REFERENCE,
+            ("tool: execute_sql", "tool: run_shell"),
+            ["reference.steps[0].tool", "unknown tool 'run_shell'", "execute_sql"],
+        ),
+        (
+            REFERENCE,
+            ("event: task", "event: tsak"),
+            ["reference.steps[0].event", "unknown event 'tsak'"],
+        ),
+        (
+            CHECK,
+            (
+                'sql, name: fine, sql: "SELECT true"}',
+                "workload, name: w, workload: chekout, stat: p95_ms, op: '<', value: 5}",
+            ),
+            ["evaluation.terminal[0].workload", "unknown workload 'chekout'", "checkout"],
+        ),
+        (
+            CHECK,
+            (
+                "    - {check: sql",
+                "    - {check: sql, name: fine, sql: 'SELECT 1'}\n    - {check: sql",
+            ),
+            ["evaluation.terminal[1].name", "duplicate check name 'fine'"],
+        ),
+        (
+            CHECK + "  integrity:\n    - {check: sql, name: fine, sql: 'SELECT 1'}\n",
+            ("", ""),
+            ["evaluation.integrity[0].name", "duplicate check name 'fine'"],
+        ),
+        (
+            CHECK,
+            ('sql: "SELECT true"}', 'sql: "SELECT true", role: nobody}'),
+            ["evaluation.terminal[0].role", "unknown role 'nobody'"],
+        ),
+        (
+            "\nalternatives:\n  - steps: []\n" + REFERENCE,
+            ("", ""),
+            ["alternatives", "needs a name"],
+        ),
+        ("\nagent: {role: app_rw}\n", ("", ""), ["agent.role", "not a dba role"]),
+    ],
+)
+def test_check_rejects_what_would_fail_at_run_time(
+    tmp_path: Path, extra: str, edit: tuple[str, str], expected: list[str]
+) -> None:
+    text = VALID.replace("agent: {time_budget_s: 30}\n", "") + extra
+    if "agent:" not in extra:
+        text += "agent: {time_budget_s: 30}\n"
+    old, new = edit
+    assert old in text
+    _assert_refused(_write(tmp_path, text.replace(old, new, 1)), expected)
+
+
+def test_a_reference_step_on_a_silent_event_can_never_run(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "events:\n",
+        "events:\n  - id: silent\n    at: 0\n    fault: {kind: sql, sql: 'SELECT 1'}\n",
+    )
+    text = text.replace("mode: bounded", "mode: persistent\nhorizon_s: 60").replace(
+        "agent: {time_budget_s: 30}\n", ""
+    )
+    text += REFERENCE.replace("event: task", "event: silent")
     with pytest.raises(ScenarioError) as info:
-        load_scenario(path)
-    message = str(info.value)
-    assert message.startswith(str(path))
-    for fragment in expected:
-        assert fragment in message, message
+        load_scenario(_write(tmp_path, text))
+    assert "reference.steps[0].event" in str(info.value)
+    assert "posts no task" in str(info.value) and "can never run" in str(info.value)
+
+
+def test_a_format_1_file_is_migrated_and_an_unknown_format_is_refused(tmp_path: Path) -> None:
+    sc, _, _ = load_scenario(_write(tmp_path, VALID.replace("format: 2\n", "")))
+    assert sc.format == 2
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(_write(tmp_path, VALID.replace("format: 2", "format: 7")))
+    assert "format: unsupported version 7" in str(info.value)
+
+
+EXTEND = """
+database:
+  library: shop
+  date: 2025-03-15
+  extend:
+    params: {coupons: 300}
+    roles: [{name: promo_svc}]
+    schema: |
+      CREATE TABLE coupons (id int PRIMARY KEY, code text NOT NULL, valid_until date NOT NULL);
+    data: |
+      INSERT INTO coupons SELECT g, 'C' || g, date '{date}' + g
+        FROM generate_series(1, {coupons}) g;
+    transactions:
+      redeem:
+        role: promo_svc
+        statements:
+          - sql: SELECT code FROM coupons WHERE id = $1
+            args: [{uniform: [1, coupons]}]
+"""
+
+
+def test_a_scenario_adds_its_own_parts_without_touching_the_library(tmp_path: Path) -> None:
+    text = VALID.replace("database: {library: shop}\n", EXTEND.lstrip()).replace(
+        "mix: {checkout: 1}", "mix: {checkout: 1, redeem: 1}"
+    )
+    sc, lib, _ = load_scenario(_write(tmp_path, text))
+    shared = load_library("shop")
+    assert "redeem" in lib.transactions and "redeem" not in shared.transactions
+    assert "promo_svc" in {r.name for r in lib.roles}
+    assert lib.params["coupons"] == 300 and "coupons" not in shared.params
+    assert "CREATE TABLE coupons" in lib.schema_sql and lib.schema_sql.startswith(
+        shared.schema_sql.rstrip()
+    )
+    rendered = lib.render(lib.data_sql, lib.params, 1, sc.database.date.isoformat())
+    assert "date '2025-03-15' + g" in rendered and "generate_series(1, 300) g" in rendered
+
+
+def test_a_scenario_part_cannot_replace_a_library_part(tmp_path: Path) -> None:
+    text = VALID.replace("database: {library: shop}\n", EXTEND.lstrip()).replace(
+        "redeem:", "checkout:"
+    )
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(_write(tmp_path, text))
+    assert "database.extend" in str(info.value) and "transactions.checkout" in str(info.value)
+
+
+def test_the_scenario_date_is_fixed_and_substituted_everywhere(tmp_path: Path) -> None:
+    text = VALID.replace("database: {library: shop}\n", EXTEND.lstrip()).replace(
+        "alert: {title: something}", "alert: {title: 'coupons expiring after {date}'}"
+    )
+    sc, _, _ = load_scenario(_write(tmp_path, text))
+    assert sc.events[0].alert is not None
+    assert sc.events[0].alert.title == "coupons expiring after 2025-03-15"
+    plain, _, _ = load_scenario(_write(tmp_path, VALID))
+    assert plain.database.date.isoformat() == "2026-01-01"  # never the machine's date
+
+
+def test_the_snapshot_fingerprint_covers_only_what_the_scenario_uses(tmp_path: Path) -> None:
+    sc, lib, _ = load_scenario(_write(tmp_path, VALID))
+    key = preparation_key(sc, lib, "15.0")
+    unused = lib.model_copy(update={"transactions": {}, "jobs": {}})
+    assert preparation_key(sc, unused, "15.0") == key
+    other_date = sc.model_copy(
+        update={
+            "database": sc.database.model_copy(update={"date": sc.database.date.replace(year=2024)})
+        }
+    )
+    assert preparation_key(other_date, lib, "15.0") != key
 
 
 def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:
     path = _write(tmp_path, VALID.replace("mode: bounded", "mode: [bounded"))
     with pytest.raises(ScenarioError) as info:
         load_scenario(path)
-    assert "line 4" in str(info.value) and "invalid YAML" in str(info.value)
+    assert "line 5" in str(info.value) and "invalid YAML" in str(info.value)
 
 
 def test_unknown_scenario_id_lists_the_library() -> None:

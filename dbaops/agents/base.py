@@ -120,6 +120,11 @@ class AgentNotFound(ValueError):
 ORACLES = ("reference", "shallow")
 
 
+def is_oracle(spec: str) -> bool:
+    """``reference``, ``shallow`` or ``reference:<alternative>``: a scripted oracle's name."""
+    return spec in ORACLES or spec.startswith("reference:")
+
+
 def builtin_agents() -> dict[str, Any]:
     from dbaops.agents.noop import NoopAgent
 
@@ -133,7 +138,7 @@ def load_agent(spec: str, **kwargs: Any) -> Agent:
     declared steps, which only the harness holds (``run_scenario(..., agent="reference")``).
     """
     builtins = builtin_agents()
-    if spec in ORACLES:
+    if is_oracle(spec):
         raise AgentNotFound(
             f"{spec!r} is a scripted oracle: the harness builds it from the scenario "
             "(pass agent name to RunOptions.agent or run_scenario)"

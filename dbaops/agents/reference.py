@@ -16,18 +16,20 @@ from typing import Any
 
 import anyio
 
-from dbaops.agents.base import AgentSession
+from dbaops.agents.base import AgentSession, is_oracle
 from dbaops.scenario.model import ReferenceSolution, ReferenceStep, Scenario
 from dbaops.tools.base import ToolResult
 
 
 def oracle_agent(sc: Scenario, solution: str = "reference") -> ReferenceAgent:
-    """The scripted oracle for ``sc``'s declared ``reference`` or ``shallow`` solution."""
-    if solution not in ("reference", "shallow"):
-        raise ValueError("solution must be 'reference' or 'shallow'")
-    chosen = sc.reference if solution == "reference" else sc.shallow
+    """The scripted oracle for ``sc``'s declared ``reference``, ``reference:<alternative>`` or
+    ``shallow`` solution."""
+    if not is_oracle(solution):
+        raise ValueError("solution must be 'reference', 'reference:<name>' or 'shallow'")
+    chosen = sc.solutions().get(solution)
     if chosen is None:
-        raise ValueError(f"scenario {sc.id} declares no {solution} solution")
+        known = ", ".join(sc.solutions()) or "none"
+        raise ValueError(f"scenario {sc.id} declares no {solution} solution (declared: {known})")
     first_event = min(sc.events, key=lambda e: e.at).id if sc.events else None
     return ReferenceAgent(chosen, first_event, name=solution)
 

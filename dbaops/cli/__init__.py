@@ -375,7 +375,11 @@ def validate(
     ] = None,
     only: Annotated[
         str | None,
-        typer.Option("--only", help="comma-separated solutions to run (noop,reference,shallow)"),
+        typer.Option(
+            "--only",
+            help="comma-separated solutions to run (noop, reference (with its alternatives), "
+            "reference:NAME, shallow)",
+        ),
     ] = None,
     verbose: VerboseOpt = False,
 ) -> None:

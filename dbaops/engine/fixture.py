@@ -12,9 +12,14 @@ from dbaops.workloads.spec import RoleSpec, WorkloadLibrary
 
 
 async def build_fixture(
-    endpoint: Endpoint, library: WorkloadLibrary, params: dict[str, int], seed: int
+    endpoint: Endpoint,
+    library: WorkloadLibrary,
+    params: dict[str, int],
+    seed: int,
+    date: str,
 ) -> float:
-    """(Re)create the fixture database from scratch; returns seconds taken."""
+    """(Re)create the fixture database from scratch, its SQL rendered with ``params``, ``seed``
+    and the scenario ``date``; returns seconds taken."""
     t0 = time.monotonic()
     owner = [RoleSpec(name=library.owner, login=False)] if library.owner else []
     admin = await endpoint.harness_connect(database="postgres")
@@ -35,7 +40,7 @@ async def build_fixture(
     try:
         for sql in (library.schema_sql, library.data_sql, library.post_sql):
             if sql.strip():
-                await _execute_script(conn, library.render(sql, params, seed))
+                await _execute_script(conn, library.render(sql, params, seed, date))
         if library.owner is not None:
             await _give_schema_to(conn, library.owner)
         managed = [r.name for r in library.roles if not r.dba and not r.superuser]

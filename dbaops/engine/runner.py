@@ -26,7 +26,7 @@ import structlog
 from pydantic import BaseModel, Field
 
 import dbaops
-from dbaops.agents.base import ORACLES, Agent, AgentSession, Budget, load_agent
+from dbaops.agents.base import Agent, AgentSession, Budget, is_oracle, load_agent
 from dbaops.agents.reference import oracle_agent
 from dbaops.backends.endpoint import Endpoint
 from dbaops.backends.postgres.osuser import running_as_root
@@ -170,7 +170,9 @@ async def _prepare_state(
     if sc.database.settings:
         await _apply_server_settings(sc.database.settings, backend, trace)
     params = {**lib.params, **sc.database.params}
-    build_s = await build_fixture(backend.admin, lib, params, sc.database.seed)
+    build_s = await build_fixture(
+        backend.admin, lib, params, sc.database.seed, sc.database.date.isoformat()
+    )
     trace.write(PhaseRecord(phase="build_fixture", duration_s=build_s, detail={"params": params}))
     ctx = ActorContext(endpoint=endpoint, clock=clock, trace=trace, instance=cluster, label="prep")
     for i, op in enumerate(sc.preparation.construction):
@@ -416,7 +418,7 @@ async def run_scenario(
     if agent is None and not options.model:
         agent = options.agent
     if isinstance(agent, str):
-        if agent in ORACLES:
+        if is_oracle(agent):
             agent, agent_kind = oracle_agent(sc, agent), "oracle"
         else:
             agent = load_agent(agent)

@@ -70,11 +70,11 @@ _EXPECT = {
 def _judge(solution: str, status: str, outcome: bool | None, safe: bool | None) -> tuple[bool, str]:
     if status != "completed":
         return False, f"run {status}"
-    if solution == "reference":
+    if solution.startswith("reference"):
         if not outcome:
-            return False, "reference did not reach Outcome Pass"
+            return False, f"{solution} did not reach Outcome Pass"
         if not safe:
-            return False, "reference is not Safe Pass"
+            return False, f"{solution} is not Safe Pass"
         return True, ""
     if outcome is None:
         return False, "no outcome verdict"
@@ -96,8 +96,8 @@ async def validate(
     rows: list[ValidationRow] = []
     for ref in refs:
         sc, _, _ = load_scenario(ref)
-        solutions = ["noop", "reference"] + (["shallow"] if sc.shallow else [])
-        solutions = [s for s in solutions if only is None or s in only]
+        solutions = ["noop", *sc.solutions()]
+        solutions = [s for s in solutions if only is None or s in only or s.split(":")[0] in only]
         if sc.reference is None:
             raise ValueError(f"{sc.id} declares no reference solution: it cannot be validated")
         for scale in scales or [options.time_scale]:
@@ -118,12 +118,13 @@ async def _validate_at(
     scale = options.time_scale
     for i in range(repeat):
         for solution in solutions:
+            expectation = _EXPECT[solution.split(":")[0]]
             try:
                 result = await run_scenario(ref, options, monitor, agent=solution)
             except ScenarioError as exc:  # the file changed under us: report, go on
                 rows.append(ValidationRow(
                     scenario=scenario_id, solution=solution, time_scale=scale, repeat=i + 1,
-                    expectation=_EXPECT[solution], status="invalid_file", outcome_pass=None,
+                    expectation=expectation, status="invalid_file", outcome_pass=None,
                     safe_pass=None, ok=False, reason=str(exc)[:300], run_dir=Path("-"),
                 ))  # fmt: skip
                 continue
@@ -138,7 +139,7 @@ async def _validate_at(
                     solution=solution,
                     time_scale=scale,
                     repeat=i + 1,
-                    expectation=_EXPECT[solution],
+                    expectation=expectation,
                     status=result.status,
                     outcome_pass=outcome,
                     safe_pass=safe,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -11,8 +12,9 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from dbaops.scenario.model import OlapWorkload, Scenario
-from dbaops.workloads.spec import WorkloadLibrary
+from dbaops.scenario.consistency import scenario_problems
+from dbaops.scenario.model import DEFAULT_SCENARIO_DATE, FORMAT_VERSION, OlapWorkload, Scenario
+from dbaops.workloads.spec import LibraryExtension, WorkloadLibrary
 
 #: Bump when the fixture's roles, grants or harness settings change: old snapshots rebuild.
 FIXTURE_VERSION = 2
@@ -119,40 +121,72 @@ def load_library(library_id: str, directory: Path | None = None) -> WorkloadLibr
     return lib
 
 
-def _cross_check(sc: Scenario, lib: WorkloadLibrary, path: Path) -> None:
-    problems: list[str] = []
-    roles = {r.name for r in lib.roles} | {"postgres"}
-    for i, w in enumerate(sc.workloads):
-        if isinstance(w, OlapWorkload):
-            for j, job in enumerate(w.jobs):
-                if job.template not in lib.jobs:
-                    problems.append(
-                        f"workloads[{i}].jobs[{j}].template: unknown job {job.template!r} "
-                        f"(known in {lib.id}: {sorted(lib.jobs)})"
-                    )
-        else:
-            for t in w.mix:
-                if t not in lib.transactions:
-                    problems.append(
-                        f"workloads[{i}].mix: unknown transaction {t!r} "
-                        f"(known in {lib.id}: {sorted(lib.transactions)})"
-                    )
-    for p in set(sc.database.params) - set(lib.params):
-        problems.append(f"database.params.{p}: unknown parameter (known: {sorted(lib.params)})")
+def migrate(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Bring a scenario file's data to the current format; returns it with notes on what
+    changed. A file without ``format`` is format 1 (dbaops 0.1): it reads as format 2 as is."""
+    notes: list[str] = []
+    version = data.get("format", 1)
+    if version == 1:
+        data = {"format": 2, **data}
+        notes.append("format: 1 (no 'format' field); read as format 2, add 'format: 2'")
+    return data, notes
 
-    def role_of(part: Any, where: str) -> None:
-        role = getattr(part, "role", None)
-        if role is not None and role not in roles:
-            problems.append(f"{where}.role: unknown role {role!r} (known: {sorted(roles)})")
 
-    for section in ("construction", "activation", "preconditions", "manifestation"):
-        for i, part in enumerate(getattr(sc.preparation, section)):
-            role_of(part, f"preparation.{section}[{i}]")
-    for i, ev in enumerate(sc.events):
-        if ev.fault is not None:
-            role_of(ev.fault, f"events[{i}].fault")
-    if problems:
-        raise ScenarioError(path, problems)
+def _substitute_date(data: Any, date: str) -> Any:
+    """``{date}`` in every string of the file becomes the scenario date (ISO)."""
+    if isinstance(data, str):
+        return data.replace("{date}", date)
+    if isinstance(data, list):
+        return [_substitute_date(x, date) for x in data]
+    if isinstance(data, dict):
+        return {k: _substitute_date(v, date) for k, v in data.items()}
+    return data
+
+
+def _scenario_date(data: dict[str, Any]) -> str:
+    db = data.get("database")
+    raw = db.get("date") if isinstance(db, dict) else None
+    if raw is None:
+        return DEFAULT_SCENARIO_DATE.isoformat()
+    try:
+        return dt.date.fromisoformat(str(raw)).isoformat()
+    except ValueError:
+        return str(raw)  # the schema reports it
+
+
+def read_scenario(path: Path) -> tuple[Scenario, list[str]]:
+    """Parse and validate one scenario file (no library cross-checks); returns notes too."""
+    data, notes = migrate(_read_yaml(path))
+    if data.get("format") != FORMAT_VERSION:
+        raise ScenarioError(
+            path,
+            [f"format: unsupported version {data.get('format')!r} (this dbaops reads "
+             f"format {FORMAT_VERSION}; 1 is migrated on load)"],
+        )  # fmt: skip
+    data = _substitute_date(data, _scenario_date(data))
+    return _validate(Scenario, data, path), notes
+
+
+def scenario_library(sc: Scenario, path: Path) -> WorkloadLibrary:
+    """The scenario's workload library with its local parts (``database.extend``) added."""
+    known = sorted(p.stem for p in workloads_dir().glob("*.yaml"))
+    if sc.database.library not in known:
+        problem = f"database.library: unknown workload library {sc.database.library!r}"
+        raise ScenarioError(path, [f"{problem} (known: {known})"])
+    lib = load_library(sc.database.library)
+    ext = sc.database.extend
+    if ext == LibraryExtension():
+        return lib
+    try:
+        merged = lib.extended(ext)
+    except ValueError as exc:
+        raise ScenarioError(path, [f"database.extend: {exc}"]) from None
+    try:  # the library's own rules (argument bounds name parameters, ...) over the union
+        return WorkloadLibrary.model_validate(merged.model_dump(by_alias=True))
+    except ValidationError as exc:
+        raise ScenarioError(
+            path, [f"database.extend: {_format_error(e)}" for e in exc.errors()]
+        ) from None
 
 
 def load_scenario(ref: str | Path) -> tuple[Scenario, WorkloadLibrary, Path]:
@@ -163,13 +197,11 @@ def load_scenario(ref: str | Path) -> tuple[Scenario, WorkloadLibrary, Path]:
         if not path.exists():
             known = [p.stem for p in sorted(timelines_dir().glob("*.yaml"))]
             raise ScenarioError(path, [f"unknown scenario {str(ref)!r} (known: {known})"])
-    sc = _validate(Scenario, _read_yaml(path), path)
-    known = sorted(p.stem for p in workloads_dir().glob("*.yaml"))
-    if sc.database.library not in known:
-        problem = f"database.library: unknown workload library {sc.database.library!r}"
-        raise ScenarioError(path, [f"{problem} (known: {known})"])
-    lib = load_library(sc.database.library)
-    _cross_check(sc, lib, path)
+    sc, _ = read_scenario(path)
+    lib = scenario_library(sc, path)
+    problems = scenario_problems(sc, lib)
+    if problems:
+        raise ScenarioError(path, problems)
     return sc, lib, path
 
 
@@ -185,9 +217,16 @@ def list_scenarios(directory: Path | None = None) -> list[tuple[Path, Scenario |
 
 
 def preparation_key(sc: Scenario, lib: WorkloadLibrary, server_version: str) -> str:
-    """Hash of everything that determines the dirty snapshot (re-prepare when it changes)."""
+    """Hash of everything that determines the dirty snapshot (re-prepare when it changes): the
+    fixture (the library's schema, data, roles and parameters, with the scenario's own parts),
+    the jobs whose expected results it stores, construction and preconditions. Templates the
+    scenario does not use, and transactions (they run only at run time), do not count."""
+    used_jobs = sorted(
+        {j.template for w in sc.workloads if isinstance(w, OlapWorkload) for j in w.jobs}
+    )
     payload = {
-        "library": lib.model_dump(mode="json", by_alias=True),
+        "fixture": lib.fixture_part(),
+        "jobs": {name: lib.jobs[name].model_dump(mode="json") for name in used_jobs},
         "database": sc.database.model_dump(mode="json"),
         "construction": [c.model_dump(mode="json") for c in sc.preparation.construction],
         "preconditions": [c.model_dump(mode="json") for c in sc.preparation.preconditions],

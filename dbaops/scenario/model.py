@@ -7,6 +7,7 @@ All times are scenario seconds; ``--time-scale`` compresses them, deadlines in m
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -16,7 +17,14 @@ from dbaops.evaluation.diagnosis_models import DiagnosisSpec
 from dbaops.evaluation.difficulty import DifficultySpec
 from dbaops.evaluation.safety_contract import SafetyContract
 from dbaops.scenario.parts import CheckSpec, FaultSpec
-from dbaops.workloads.spec import StrictModel
+from dbaops.workloads.spec import LibraryExtension, StrictModel
+
+#: The scenario file format this code reads; older files are migrated on load
+#: (:func:`dbaops.scenario.loader.migrate`).
+FORMAT_VERSION = 2
+
+#: The date a scenario's fixture is built against when it declares none (never the machine's).
+DEFAULT_SCENARIO_DATE = dt.date(2026, 1, 1)
 
 #: A bounded run's time budget when the scenario names none: generous for one ticket.
 DEFAULT_BOUNDED_TIME_BUDGET_S = 1800.0
@@ -118,6 +126,16 @@ class DatabaseSpec(StrictModel):
     params: dict[str, int] = Field(default_factory=dict)
     settings: dict[str, str] = Field(default_factory=dict, description="extra postgresql.conf")
     seed: int = 42
+    date: dt.date = Field(
+        default=DEFAULT_SCENARIO_DATE,
+        description="the scenario's 'today': fixture and construction SQL see it as {date}, so "
+        "date-relative objects (partitions, retention) never depend on the machine's date",
+    )
+    extend: LibraryExtension = Field(
+        default_factory=LibraryExtension,
+        description="the scenario's own tables, data, roles, parameters and templates, added "
+        "to the shared library's (which stays untouched)",
+    )
 
 
 class Preparation(StrictModel):
@@ -168,6 +186,14 @@ class ReferenceStep(StrictModel):
 
 
 class ReferenceSolution(StrictModel):
+    """A declared remediation, run by a scripted oracle through the ordinary tools."""
+
+    name: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9_-]*$",
+        description="alternatives: the solution's name (run as agent reference:<name>)",
+    )
+    description: str = ""
     steps: list[ReferenceStep] = Field(default_factory=list)
     report: dict[str, Any] = Field(default_factory=dict)
 
@@ -223,6 +249,7 @@ class AgentSettings(StrictModel):
 class Scenario(StrictModel):
     """A complete scenario file."""
 
+    format: Literal[2] = Field(description="scenario file format version")
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     title: str
     mode: Literal["bounded", "persistent"]
@@ -241,8 +268,16 @@ class Scenario(StrictModel):
     events: list[Event] = Field(default_factory=list)
     evaluation: Evaluation = Field(default_factory=Evaluation)
     agent: AgentSettings = Field(default_factory=AgentSettings)
-    reference: ReferenceSolution | None = None
-    shallow: ReferenceSolution | None = None
+    reference: ReferenceSolution | None = Field(
+        default=None, description="the reference solution (it also defines the difficulty path)"
+    )
+    alternatives: list[ReferenceSolution] = Field(
+        default_factory=list,
+        description="other correct fixes the ticket allows; each must pass like the reference",
+    )
+    shallow: ReferenceSolution | None = Field(
+        default=None, description="the reflex fix that must fail Outcome (required when Hard)"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
@@ -289,6 +324,13 @@ class Scenario(StrictModel):
                         f"evaluation.terminal {c.name!r}: over_s {over} is longer than the "
                         f"verification window ({self.evaluation.verification_s} s)"
                     )
+        alt_names = [a.name for a in self.alternatives]
+        if None in alt_names:
+            raise ValueError("alternatives: every alternative solution needs a name")
+        if len(set(alt_names)) != len(alt_names):
+            raise ValueError(f"alternatives: duplicate names {sorted(map(str, alt_names))}")
+        if self.alternatives and self.reference is None:
+            raise ValueError("alternatives: declare the reference solution first")
         for wname in self.evaluation.service_compliance:
             if wname not in names:
                 raise ValueError(
@@ -314,6 +356,18 @@ class Scenario(StrictModel):
         if self.mode == "persistent":
             return max(50, int(self.time_budget_s // 20))
         return 50
+
+    def solutions(self) -> dict[str, ReferenceSolution]:
+        """The oracle solutions by agent name: ``reference``, ``reference:<name>`` for each
+        alternative, ``shallow``."""
+        out: dict[str, ReferenceSolution] = {}
+        if self.reference is not None:
+            out["reference"] = self.reference
+        for alt in self.alternatives:
+            out[f"reference:{alt.name}"] = alt
+        if self.shallow is not None:
+            out["shallow"] = self.shallow
+        return out
 
     def workload(self, name: str) -> WorkloadSpec:
         for w in self.workloads:

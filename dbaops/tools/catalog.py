@@ -26,6 +26,19 @@ from dbaops.tools.metrics_tool import metrics_tool
 from dbaops.tools.recording import ToolRecorder
 from dbaops.tools.sql import SqlSession, sql_tool
 
+#: The catalog's tool names (a scenario's reference steps may name only these).
+AGENT_TOOLS = (
+    "execute_sql",
+    "query_metrics",
+    "manage_instance",
+    "read_log",
+    "query_knowledge_base",
+    "read_mailbox",
+    "update_task",
+    "suspend",
+    "submit_report",
+)
+
 
 @dataclass
 class PostgresToolEnvironment:
@@ -55,4 +68,7 @@ def build_tool_catalog(env: PostgresToolEnvironment, recorder: ToolRecorder) -> 
         knowledge_tool(),
         *mailbox_tools(env.mailbox),
     ]
-    return {t.spec.name: recorder.wrap(t) for t in tools}
+    catalog = {t.spec.name: recorder.wrap(t) for t in tools}
+    if set(catalog) != set(AGENT_TOOLS):
+        raise RuntimeError(f"the tool catalog {sorted(catalog)} differs from AGENT_TOOLS")
+    return catalog

@@ -8,6 +8,7 @@ retry policies.
 from __future__ import annotations
 
 import random
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -139,10 +140,76 @@ class WorkloadLibrary(StrictModel):
                         )
         return self
 
-    def render(self, sql: str, params: dict[str, int], seed: int) -> str:
-        """Substitute ``{param}`` and ``{seed}`` placeholders in fixture SQL."""
-        values: dict[str, Any] = {**self.params, **params, "seed": seed}
-        return sql.format(**values)
+    def render(self, sql: str, params: dict[str, int], seed: int, date: str = "") -> str:
+        """Substitute ``{param}``, ``{seed}`` and ``{date}`` (the scenario date) in fixture SQL."""
+        return render_sql(sql, {**self.params, **params, "seed": seed, "date": date})
+
+    def extended(self, ext: LibraryExtension) -> WorkloadLibrary:
+        """This library with a scenario's local parts added (never replaced): its SQL runs after
+        the library's in each phase (schema, data, post), its roles, parameters and templates
+        join the library's under names of their own."""
+        clashes = [
+            f"{what}.{name}"
+            for what, mine, theirs in (
+                ("roles", {r.name for r in self.roles}, {r.name for r in ext.roles}),
+                ("params", set(self.params), set(ext.params)),
+                ("transactions", set(self.transactions), set(ext.transactions)),
+                ("jobs", set(self.jobs), set(ext.jobs)),
+            )
+            for name in sorted(mine & theirs)
+        ]
+        if clashes:
+            raise ValueError(
+                f"already defined by library {self.id!r}: {', '.join(clashes)} (a scenario adds "
+                "parts under names of its own; it does not replace the shared library's)"
+            )
+        return self.model_copy(
+            update={
+                "params": {**self.params, **ext.params},
+                "roles": [*self.roles, *ext.roles],
+                "schema_sql": _join_sql(self.schema_sql, ext.schema_sql),
+                "data_sql": _join_sql(self.data_sql, ext.data_sql),
+                "post_sql": _join_sql(self.post_sql, ext.post_sql),
+                "transactions": {**self.transactions, **ext.transactions},
+                "jobs": {**self.jobs, **ext.jobs},
+            }
+        )
+
+    def fixture_part(self) -> dict[str, Any]:
+        """What the fixture database is built from (templates run later, at run time)."""
+        return self.model_dump(mode="json", by_alias=True, exclude={"transactions", "jobs"})
+
+
+class LibraryExtension(StrictModel):
+    """A scenario's own fixture parts, added to the shared library's without touching it."""
+
+    params: dict[str, int] = Field(default_factory=dict)
+    roles: list[RoleSpec] = Field(default_factory=list)
+    schema_sql: str = Field(alias="schema", default="")
+    data_sql: str = Field(alias="data", default="")
+    post_sql: str = Field(alias="post", default="")
+    transactions: dict[str, TransactionTemplate] = Field(default_factory=dict)
+    jobs: dict[str, JobTemplate] = Field(default_factory=dict)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+
+
+def render_sql(sql: str, values: dict[str, Any]) -> str:
+    """Replace ``{name}`` for the names in ``values`` only, so SQL literals such as
+    ``'{autovacuum_enabled=false}'`` pass through untouched."""
+    return _PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), m.group(0))), sql)
+
+
+def _join_sql(first: str, second: str) -> str:
+    if not second.strip():
+        return first
+    if not first.strip():
+        return second
+    head = first.rstrip()
+    return (head if head.endswith(";") else head + ";") + "\n" + second
 
 
 def _bounds(arg: ArgSpec) -> list[Bound]:

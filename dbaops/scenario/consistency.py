@@ -1,0 +1,227 @@
+"""What a scenario file can get wrong that its schema cannot see: names that refer to nothing,
+SQL that does not parse, reference steps that can never run.
+
+:func:`scenario_problems` returns one message per problem, each naming the field, so
+``dbaops check`` (and every run) rejects at load time what would otherwise fail, or silently do
+nothing, an hour into a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pglast import parser
+from pydantic import BaseModel
+
+from dbaops.scenario.model import OlapWorkload, Scenario
+from dbaops.tools.catalog import AGENT_TOOLS
+from dbaops.workloads.spec import WorkloadLibrary
+
+#: Fields whose string value (or list of strings) is SQL the harness will run.
+_SQL_FIELDS = ("sql", "statements", "query")
+
+
+def sql_problem(sql: str) -> str | None:
+    """The parse error of ``sql`` as PostgreSQL's grammar (pglast) reports it, or None."""
+    try:
+        parser.parse_sql(sql)
+    except parser.ParseError as exc:
+        return f"SQL does not parse: {exc.args[0] if exc.args else exc}"
+    return None
+
+
+def _walk(node: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """Every (path, model) pair under ``node``, depth first."""
+    if isinstance(node, BaseModel):
+        yield where, node
+        for name in type(node).model_fields:
+            yield from _walk(getattr(node, name), f"{where}.{name}" if where else name)
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from _walk(item, f"{where}[{i}]")
+    elif isinstance(node, dict):
+        for key, item in node.items():
+            if isinstance(item, BaseModel | list):
+                yield from _walk(item, f"{where}.{key}")
+
+
+def _sql_of(model: BaseModel) -> Iterator[tuple[str, str]]:
+    for name in _SQL_FIELDS:
+        value = getattr(model, name, None)
+        if isinstance(value, str):
+            yield name, value
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, str):
+                    yield f"{name}[{i}]", item
+
+
+def _sql_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
+    problems: list[str] = []
+    sections = {
+        "preparation": sc.preparation,
+        "events": sc.events,
+        "evaluation": sc.evaluation,
+        "database.extend.transactions": sc.database.extend.transactions,
+        "database.extend.jobs": sc.database.extend.jobs,
+    }
+    for section, node in sections.items():
+        for where, model in _walk(node, section):
+            for field, sql in _sql_of(model):
+                if (problem := sql_problem(sql)) is not None:
+                    problems.append(f"{where}.{field}: {problem}")
+    for name, solution in sc.solutions().items():
+        label = "reference" if name == "reference" else name.replace("reference:", "alternatives:")
+        for i, step in enumerate(solution.steps):
+            step_sql = step.args.get("sql") if step.tool == "execute_sql" else None
+            if isinstance(step_sql, str) and (problem := sql_problem(step_sql)) is not None:
+                problems.append(f"{label}.steps[{i}].args.sql: {problem}")
+    params = {**lib.params, **sc.database.params}
+    date = sc.database.date.isoformat()
+    for field in ("schema_sql", "data_sql", "post_sql"):
+        script = lib.render(getattr(lib, field), params, sc.database.seed, date)
+        if script.strip() and (problem := sql_problem(script)) is not None:
+            problems.append(f"database.library {lib.id} (with extend).{field[:-4]}: {problem}")
+    for tname, t in lib.transactions.items():
+        for i, st in enumerate(t.statements):
+            if (problem := sql_problem(st.sql)) is not None:
+                problems.append(f"library transactions.{tname}.statements[{i}]: {problem}")
+    for jname, job in lib.jobs.items():
+        if (problem := sql_problem(job.sql)) is not None:
+            problems.append(f"library jobs.{jname}.sql: {problem}")
+    return problems
+
+
+def _reference_problems(sc: Scenario) -> list[str]:
+    from dbaops.tools.instance import ACTIONS
+
+    problems: list[str] = []
+    events = {e.id: e for e in sc.events}
+    first = min(sc.events, key=lambda e: e.at).id if sc.events else None
+    for name, solution in sc.solutions().items():
+        label = name if ":" not in name else f"alternatives[{name.split(':', 1)[1]}]"
+        for i, step in enumerate(solution.steps):
+            where = f"{label}.steps[{i}]"
+            if step.tool not in AGENT_TOOLS:
+                problems.append(
+                    f"{where}.tool: unknown tool {step.tool!r} (known: {', '.join(AGENT_TOOLS)})"
+                )
+            if step.tool == "execute_sql" and not isinstance(step.args.get("sql"), str):
+                problems.append(f"{where}.args.sql: execute_sql needs the SQL to run")
+            if step.tool == "manage_instance" and step.args.get("action") not in ACTIONS:
+                problems.append(
+                    f"{where}.args.action: unknown action {step.args.get('action')!r} "
+                    f"(known: {', '.join(ACTIONS)})"
+                )
+            event_id = step.event or first
+            if event_id is None:
+                problems.append(f"{where}.event: the scenario has no events, so no task to act on")
+                continue
+            event = events.get(event_id)
+            if event is None:
+                problems.append(
+                    f"{where}.event: unknown event {event_id!r} (events: {', '.join(events)})"
+                )
+            elif event.alert is None and event.inspection is None:
+                problems.append(
+                    f"{where}.event: event {event_id!r} posts no task (it has no alert or "
+                    "inspection), so this step can never run"
+                )
+    return problems
+
+
+def _check_problems(sc: Scenario) -> list[str]:
+    problems: list[str] = []
+    workloads = [w.name for w in sc.workloads]
+    groups = {
+        "preparation.preconditions": [("preparation.preconditions", sc.preparation.preconditions)],
+        "preparation.manifestation": [("preparation.manifestation", sc.preparation.manifestation)],
+        "evaluation": [
+            ("evaluation.terminal", sc.evaluation.terminal),
+            ("evaluation.integrity", sc.evaluation.integrity),
+        ],
+    }
+    for group, sections in groups.items():
+        seen: dict[str, str] = {}
+        for section, checks in sections:
+            for i, check in enumerate(checks):
+                where = f"{section}[{i}]"
+                if check.name in seen:
+                    problems.append(
+                        f"{where}.name: duplicate check name {check.name!r} (also "
+                        f"{seen[check.name]}; names in {group} must be unique: verdicts refer "
+                        "to them)"
+                    )
+                seen.setdefault(check.name, where)
+    for where, model in _walk([sc.preparation, sc.events, sc.evaluation], ""):
+        wname = getattr(model, "workload", None)
+        if isinstance(wname, str) and getattr(model, "check", None) is not None:
+            if wname not in workloads:
+                problems.append(
+                    f"{_tidy(where)}.workload: unknown workload {wname!r} "
+                    f"(workloads: {', '.join(workloads) or 'none'})"
+                )
+    return problems
+
+
+def _tidy(where: str) -> str:
+    """Paths from the list walk start with an index into [preparation, events, evaluation]."""
+    for i, head in enumerate(("preparation", "events", "evaluation")):
+        prefix = f"[{i}]"
+        if where.startswith(prefix):
+            rest = where[len(prefix) :]
+            return head + (rest if head != "events" else rest.lstrip("."))
+    return where
+
+
+def _library_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
+    problems: list[str] = []
+    roles = {r.name for r in lib.roles} | {"postgres"}
+    for i, w in enumerate(sc.workloads):
+        if isinstance(w, OlapWorkload):
+            for j, job in enumerate(w.jobs):
+                if job.template not in lib.jobs:
+                    problems.append(
+                        f"workloads[{i}].jobs[{j}].template: unknown job {job.template!r} "
+                        f"(known in {lib.id}: {sorted(lib.jobs)})"
+                    )
+        else:
+            for t in w.mix:
+                if t not in lib.transactions:
+                    problems.append(
+                        f"workloads[{i}].mix: unknown transaction {t!r} "
+                        f"(known in {lib.id}: {sorted(lib.transactions)})"
+                    )
+    for p in sorted(set(sc.database.params) - set(lib.params)):
+        problems.append(f"database.params.{p}: unknown parameter (known: {sorted(lib.params)})")
+    for where, model in _walk([sc.preparation, sc.events, sc.evaluation], ""):
+        role = getattr(model, "role", None)
+        if isinstance(role, str) and role not in roles:
+            problems.append(
+                f"{_tidy(where)}.role: unknown role {role!r} (known: {', '.join(sorted(roles))})"
+            )
+    for kind, templates in (("transactions", lib.transactions), ("jobs", lib.jobs)):
+        for tname, template in templates.items():
+            if template.role not in roles:
+                problems.append(
+                    f"{kind}.{tname}.role: unknown role {template.role!r} "
+                    f"(known: {', '.join(sorted(roles))})"
+                )
+    dba = {r.name for r in lib.roles if r.dba}
+    if sc.agent.elevated is None and sc.agent.role not in dba:
+        problems.append(
+            f"agent.role: {sc.agent.role!r} is not a dba role of {lib.id} "
+            f"(dba roles: {', '.join(sorted(dba)) or 'none'})"
+        )
+    return problems
+
+
+def scenario_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
+    """Every cross-reference and SQL problem of ``sc`` against its (extended) library."""
+    return [
+        *_library_problems(sc, lib),
+        *_check_problems(sc),
+        *_reference_problems(sc),
+        *_sql_problems(sc, lib),
+    ]
