@@ -10,6 +10,7 @@ import yaml
 from dbaops.agents.base import AgentSession, load_agent
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.engine.validate import validate
+from dbaops.engine.validation_report import scenario_records
 from dbaops.evaluation.score import score_run, server_crashed
 from dbaops.records import ToolCallRecord
 from dbaops.rundir import read_trace
@@ -87,6 +88,18 @@ async def test_validate_noop_fails_reference_passes_shallow_fails(tmp_path: Path
         ("pg-rg-01", "shallow"): (False, False, True),
     }
     assert summary.ok and summary.flips == []
+    # Both are Easy by the paper's rule, measured from their reference runs.
+    labels = {r.scenario: r.difficulty for r in summary.rows if r.solution == "reference"}
+    assert {k: (v.label if v else None) for k, v in labels.items()} == {
+        "pg-sf-01": "easy",
+        "pg-rg-01": "easy",
+    }
+    records = scenario_records(summary, {"pg-sf-01": "easy", "pg-rg-01": "easy"})
+    assert [(r.id, r.valid, r.measured_difficulty) for r in records] == [
+        ("pg-sf-01", True, "easy"),
+        ("pg-rg-01", True, "easy"),
+    ]
+    assert all(r.server_version and r.duration_s > 0 for r in records)
     # Every tool call of the reference run is in its trace with arguments, observation, timing.
     ref = next(r for r in summary.rows if r.solution == "reference" and r.scenario == "pg-sf-01")
     calls = [r for r in read_trace(ref.run_dir) if isinstance(r, ToolCallRecord)]

@@ -357,7 +357,20 @@ def score(
 
 @app.command()
 def validate(
-    scenarios: Annotated[list[str], typer.Argument(help="scenario ids or YAML paths")],
+    scenarios: Annotated[
+        list[str] | None, typer.Argument(help="scenario ids or YAML paths (or --all)")
+    ] = None,
+    all_scenarios: Annotated[
+        bool, typer.Option("--all", help="every scenario in the library")
+    ] = False,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            help="merge the results into DIR/validation.json and DIR/VALIDATION.md "
+            "(the committed report lives in timelines/)",
+        ),
+    ] = None,
     repeat: Annotated[int, typer.Option("--repeat", min=1)] = 1,
     time_scale: ScaleOpt = 0.1,
     scales: Annotated[
@@ -386,12 +399,19 @@ def validate(
     """Prove scenarios achievable and not vacuous: noop fails, reference passes, shallow fails."""
     from dbaops.engine.runner import RunOptions
     from dbaops.engine.validate import validate as run_validation
-    from dbaops.scenario.loader import ScenarioError, load_scenario
+    from dbaops.scenario.loader import ScenarioError, load_scenario, timelines_dir
 
     _configure_logging(verbose)
+    if all_scenarios:
+        scenarios = [*(scenarios or []), *(p.stem for p in sorted(timelines_dir().glob("*.yaml")))]
+    if not scenarios:
+        console.print("[red]error:[/red] name scenarios to validate, or give --all")
+        raise typer.Exit(2)
+    declared: dict[str, str | None] = {}
     try:
         for s in scenarios:
-            load_scenario(s)
+            sc, _, _ = load_scenario(s)
+            declared[sc.id] = sc.difficulty
     except ScenarioError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -422,6 +442,12 @@ def validate(
     if markdown is not None:
         markdown.write_text(summary.markdown())
         console.print(f"wrote {markdown}")
+    if report is not None:
+        from dbaops.engine.validation_report import read_report, scenario_records, write_report
+
+        merged = read_report(report).merged(scenario_records(summary, declared))
+        for path in write_report(report, merged):
+            console.print(f"wrote {path}")
     console.print("[green]valid[/green]" if summary.ok else "[red]NOT valid[/red]")
     raise typer.Exit(0 if summary.ok else 1)
 

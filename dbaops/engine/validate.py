@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from dbaops.engine.runner import RunMonitor, RunOptions, run_scenario
+from dbaops.evaluation.difficulty import DifficultyLabel, label_difficulty
+from dbaops.records import Record, RunEnd, RunHeader
+from dbaops.rundir import read_trace
 from dbaops.scenario.loader import ScenarioError, load_scenario
+from dbaops.scenario.model import Scenario
 
 
 class ValidationRow(BaseModel):
@@ -31,6 +35,11 @@ class ValidationRow(BaseModel):
     ok: bool
     reason: str = ""
     run_dir: Path
+    server_version: str | None = None
+    duration_s: float | None = Field(default=None, description="wall seconds of the run")
+    difficulty: DifficultyLabel | None = Field(
+        default=None, description="reference runs: the label measured from the run (§4.2)"
+    )
 
 
 class ValidationSummary(BaseModel):
@@ -102,13 +111,49 @@ async def validate(
             raise ValueError(f"{sc.id} declares no reference solution: it cannot be validated")
         for scale in scales or [options.time_scale]:
             scaled = options.model_copy(update={"time_scale": scale})
-            rows += await _validate_at(ref, sc.id, solutions, scaled, repeat, monitor)
+            rows += await _validate_at(ref, sc, solutions, scaled, repeat, monitor)
     return ValidationSummary(rows=rows, flips=_flips(rows))
+
+
+def _run_facts(run_dir: Path) -> tuple[list[Record], str | None, float | None]:
+    """The run's records, its server version and its wall duration."""
+    try:
+        records = read_trace(run_dir)
+    except FileNotFoundError:
+        return [], None, None
+    header = next((r for r in records if isinstance(r, RunHeader)), None)
+    end = next((r for r in reversed(records) if isinstance(r, RunEnd)), None)
+    server = header.versions.get("postgres") if header else None
+    duration = end.t_wall - header.t_wall if header and end else None
+    return records, server, duration
+
+
+def _difficulty_verdict(
+    sc: Scenario, records: list[Record]
+) -> tuple[DifficultyLabel | None, str | None]:
+    """The label measured from a reference run, and why it disqualifies the scenario if so."""
+    if sc.mode == "persistent":  # Hard at the corpus level, not by the bounded rule (§4.2)
+        return None, None
+    spec = sc.evaluation.difficulty
+    if spec is None:
+        if sc.difficulty is not None:
+            return None, (
+                f"declares difficulty {sc.difficulty} but no evaluation.difficulty path to "
+                "measure it from"
+            )
+        return None, None
+    label = label_difficulty(spec, records)
+    if sc.difficulty is not None and label.label != sc.difficulty:
+        return label, (
+            f"declared {sc.difficulty}, measured {label.label} (D={label.depth}, "
+            f"C={label.complexity:.2f}; hard needs D>2 and C>=0.5)"
+        )
+    return label, None
 
 
 async def _validate_at(
     ref: str,
-    scenario_id: str,
+    sc: Scenario,
     solutions: list[str],
     options: RunOptions,
     repeat: int,
@@ -116,6 +161,7 @@ async def _validate_at(
 ) -> list[ValidationRow]:
     rows: list[ValidationRow] = []
     scale = options.time_scale
+    scenario_id = sc.id
     for i in range(repeat):
         for solution in solutions:
             expectation = _EXPECT[solution.split(":")[0]]
@@ -133,6 +179,12 @@ async def _validate_at(
             ok, reason = _judge(solution, result.status, outcome, safe)
             if result.status != "completed" and result.reason:
                 reason = f"{reason}: {result.reason}"
+            records, server, duration = _run_facts(result.run_dir)
+            label = None
+            if solution == "reference" and result.status == "completed":
+                label, problem = _difficulty_verdict(sc, records)
+                if problem is not None:
+                    ok, reason = False, "; ".join(x for x in (reason, problem) if x)
             rows.append(
                 ValidationRow(
                     scenario=scenario_id,
@@ -146,6 +198,9 @@ async def _validate_at(
                     ok=ok,
                     reason=reason,
                     run_dir=result.run_dir,
+                    server_version=server,
+                    duration_s=duration,
+                    difficulty=label,
                 )
             )
     return rows

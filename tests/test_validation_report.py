@@ -1,0 +1,94 @@
+"""The committed validation report and the difficulty rule (no database: built from rows)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dbaops.engine.validate import ValidationRow, ValidationSummary, _difficulty_verdict
+from dbaops.engine.validation_report import (
+    ValidationReport,
+    read_report,
+    scenario_records,
+    write_report,
+)
+from dbaops.records import ToolCallRecord
+from dbaops.scenario.loader import load_scenario
+
+
+def _row(scenario: str, solution: str, ok: bool = True, server: str = "15.18") -> ValidationRow:
+    passed = solution.startswith("reference")
+    return ValidationRow(
+        scenario=scenario,
+        solution=solution,
+        time_scale=0.05,
+        repeat=1,
+        expectation="",
+        status="completed",
+        outcome_pass=passed if ok else not passed,
+        safe_pass=passed,
+        ok=ok,
+        reason="" if ok else f"{solution} passed Outcome Pass: the verifier cannot fail",
+        run_dir=Path("-"),
+        server_version=server,
+        duration_s=60.0,
+    )
+
+
+def test_a_declared_hard_label_the_reference_run_does_not_bear_out_fails_validation() -> None:
+    sc, _, _ = load_scenario("pg-qt-01")
+    assert sc.difficulty == "hard"
+    label, problem = _difficulty_verdict(sc, [])  # a reference run that observed nothing
+    assert label is not None and label.label == "easy"
+    assert problem is not None and "declared hard, measured easy" in problem
+    causal = [f"orders_created_idx | {i}" for i in range(2)]  # 2 causal rows, 6 competing
+    observation = "\n".join(["name | n", *causal, *(f"other | {i}" for i in range(6))])
+    call = ToolCallRecord(
+        call_id="c1",
+        tool="execute_sql",
+        args={"sql": "SELECT 1"},
+        ok=True,
+        observation=observation,
+    )
+    label, problem = _difficulty_verdict(sc, [call])
+    assert label is not None and label.depth == 3 and label.complexity == 0.75
+    assert problem is None
+
+
+def test_persistent_scenarios_are_hard_at_corpus_level_not_by_the_rule() -> None:
+    sc, _, _ = load_scenario("pg-p-02")
+    assert _difficulty_verdict(sc, []) == (None, None)
+
+
+def test_one_record_per_scenario_and_server_major_and_new_results_replace_old(
+    tmp_path: Path,
+) -> None:
+    first = ValidationSummary(
+        rows=[_row("pg-x-01", s) for s in ("noop", "reference", "reference:alt", "shallow")]
+        + [_row("pg-x-02", "noop", ok=False), _row("pg-x-02", "reference")],
+        flips=[],
+    )
+    records = scenario_records(first, {"pg-x-01": "hard", "pg-x-02": "easy"})
+    assert [(r.id, r.valid) for r in records] == [("pg-x-01", True), ("pg-x-02", False)]
+    write_report(tmp_path, ValidationReport().merged(records))
+    again = ValidationSummary(
+        rows=[_row("pg-x-02", "noop"), _row("pg-x-02", "reference")], flips=[]
+    )
+    on_18 = ValidationSummary(rows=[_row("pg-x-02", "noop", server="18.1")], flips=[])
+    merged = read_report(tmp_path).merged(scenario_records(again, {}) + scenario_records(on_18, {}))
+    assert [(r.id, r.server_version, r.valid) for r in merged.records] == [
+        ("pg-x-01", "15.18", True),
+        ("pg-x-02", "15.18", True),
+        ("pg-x-02", "18.1", True),
+    ]
+    _, md = write_report(tmp_path, merged)
+    text = md.read_text()
+    assert "| pg-x-01 | postgres 15.18 | 0.05 | yes | fail | pass/pass | alt pass/pass |" in text
+    assert "3 of 3 records valid." in text
+
+
+def test_a_flip_makes_the_scenario_invalid() -> None:
+    summary = ValidationSummary(
+        rows=[_row("pg-x-01", "noop"), _row("pg-x-01", "reference")],
+        flips=["pg-x-01/reference: verdicts differ across repeats or scales {...}"],
+    )
+    assert [r.valid for r in scenario_records(summary, {})] == [False]
