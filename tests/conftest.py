@@ -47,7 +47,10 @@ def _stop_all_clusters() -> None:
     """Stop every server the session started (scenario runs stop theirs; killed ones may not)."""
     import subprocess
 
-    for pidfile in _HOME.glob("clusters/*/data/postmaster.pid"):
+    for pidfile in [
+        *_HOME.glob("clusters/*/data/postmaster.pid"),
+        *_HOME.glob("clusters/*/standby/data/postmaster.pid"),  # replica profile standbys
+    ]:
         try:
             pid = int(pidfile.read_text().splitlines()[0])
             os.kill(pid, 15)

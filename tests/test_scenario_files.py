@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from dbaops.scenario.loader import (
     load_library,
     load_scenario,
     preparation_key,
+    scenario_json_schema,
+    timelines_dir,
 )
 
 VALID = """\
@@ -275,3 +278,10 @@ def test_every_scenario_in_the_library_loads() -> None:
     assert {p.stem for p, _ in loaded} >= {"pg-p-02", "pg-qt-01"}
     problems = [str(item) for _, item in loaded if isinstance(item, ScenarioError)]
     assert problems == []
+
+
+def test_the_committed_json_schema_is_current() -> None:
+    committed = json.loads((timelines_dir() / "scenario.schema.json").read_text())
+    assert committed == scenario_json_schema(), (
+        "regenerate it: dbaops schema > timelines/scenario.schema.json"
+    )

@@ -106,7 +106,12 @@ class Endpoint(BaseModel):
         )
 
     async def pool(
-        self, role: str, application_name: str, size: int, database: str | None = None
+        self,
+        role: str,
+        application_name: str,
+        size: int,
+        database: str | None = None,
+        max_queries: int = 50000,
     ) -> asyncpg.Pool:
         return await asyncpg.create_pool(
             host=self.host,
@@ -117,6 +122,7 @@ class Endpoint(BaseModel):
             server_settings={"application_name": application_name},
             min_size=0,
             max_size=size,
+            max_queries=max_queries,
             ssl=self.ssl,
             reset=_light_reset,
         )

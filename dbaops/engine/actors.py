@@ -7,7 +7,7 @@ its pid and backend_start, so protected sessions can be recognised later.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import anyio
@@ -16,18 +16,23 @@ import structlog
 from anyio import TASK_STATUS_IGNORED
 from anyio.abc import TaskStatus
 
-from dbaops.backends.endpoint import Endpoint
+from dbaops.backends.endpoint import HARNESS_APPLICATION, Endpoint
 from dbaops.clock import ScenarioClock
 from dbaops.records import ActorRecord, Record
 from dbaops.scenario.parts import (
+    EditConfig,
     FaultSpec,
     HoldTransaction,
     IdleConnections,
     InstanceControl,
     LoadActor,
     SetSetting,
+    SignalProcess,
     SqlFault,
 )
+
+#: Fault kinds that are in place when they return (the event program awaits them inline).
+ONE_SHOT_FAULTS = ("sql", "set_setting", "instance", "edit_config", "signal_process")
 
 log = structlog.get_logger(__name__)
 
@@ -39,6 +44,15 @@ class InstanceController(Protocol):
     async def stop(self, mode: str = "fast") -> None: ...
     async def restart(self) -> None: ...
     async def is_running(self) -> bool: ...
+
+
+class ServerHost(Protocol):
+    """The server's machine, for OS-level faults (harness only; never given to an agent)."""
+
+    def edit_config(
+        self, file: str, prepend: list[str], append: list[str], comment_out: str | None
+    ) -> None: ...
+    def signal(self, pid: int, signal_name: str) -> None: ...
 
 
 class RecordSink(Protocol):
@@ -53,7 +67,32 @@ class ActorContext:
     clock: ScenarioClock
     trace: RecordSink
     instance: InstanceController | None = None
+    host: ServerHost | None = None
     label: str = ""
+    standby: StandbyAccess | None = None
+
+    def on(self, server: str) -> ActorContext:
+        """This context aimed at ``server`` (the primary, or the replica profile's standby)."""
+        if server == "primary":
+            return self
+        if self.standby is None:
+            raise FaultError("this part acts on the standby, but the run has no replica")
+        return replace(
+            self,
+            endpoint=self.standby.endpoint,
+            instance=self.standby.instance,
+            host=self.standby.host,
+            standby=None,
+        )
+
+
+@dataclass(frozen=True)
+class StandbyAccess:
+    """Where the replica profile's standby is, and its process control."""
+
+    endpoint: Endpoint
+    instance: InstanceController | None
+    host: ServerHost | None
 
 
 class FaultError(RuntimeError):
@@ -84,12 +123,17 @@ async def run_fault(
     held transaction has taken its locks, a pool holds its connections), so a warm-up that
     follows measures the faulty system however long the fault took to set up."""
     # One-shot faults are in place when they return; live actors say so themselves.
+    ctx = ctx.on(fault.server)
     if isinstance(fault, SqlFault):
         await _sql(fault, ctx)
     elif isinstance(fault, SetSetting):
         await _set_setting(fault, ctx)
     elif isinstance(fault, InstanceControl):
         await _instance(fault, ctx)
+    elif isinstance(fault, EditConfig):
+        await _edit_config(fault, ctx)
+    elif isinstance(fault, SignalProcess):
+        await _signal(fault, ctx)
     elif isinstance(fault, HoldTransaction):
         return await _hold(fault, ctx, task_status)
     elif isinstance(fault, LoadActor):
@@ -137,6 +181,66 @@ async def _instance(fault: InstanceControl, ctx: ActorContext) -> None:
         await ctx.instance.start()
     else:
         await ctx.instance.restart()
+
+
+def _host(ctx: ActorContext, kind: str) -> ServerHost:
+    if ctx.host is None:
+        raise FaultError(f"{kind} needs the server's machine (the embedded backend)")
+    return ctx.host
+
+
+async def _edit_config(fault: EditConfig, ctx: ActorContext) -> None:
+    _host(ctx, fault.kind).edit_config(fault.file, fault.prepend, fault.append, fault.comment_out)
+    if fault.then == "reload":
+        conn = await ctx.endpoint.harness_connect(database="postgres")
+        try:
+            await conn.execute("SELECT pg_reload_conf()")
+        finally:
+            await conn.close(timeout=5)
+    elif fault.then == "restart":
+        if ctx.instance is None:
+            raise FaultError("edit_config with restart needs instance control (embedded backend)")
+        await ctx.instance.restart()
+
+
+async def _signal(fault: SignalProcess, ctx: ActorContext) -> None:
+    host = _host(ctx, fault.kind)
+    conn = await ctx.endpoint.harness_connect(database="postgres")
+    try:
+        rows = await conn.fetch(
+            "SELECT pid, backend_start::text AS started FROM pg_stat_activity "
+            "WHERE backend_type = $1 AND pid <> pg_backend_pid() "
+            "AND coalesce(application_name, '') <> $4 "
+            "AND ($2::text IS NULL OR application_name = $2) "
+            "AND ($3::text IS NULL OR usename = $3) ORDER BY backend_start, pid",
+            fault.backend_type,
+            fault.application_name,
+            fault.role,
+            HARNESS_APPLICATION,
+        )
+    finally:
+        await conn.close(timeout=5)
+    chosen = rows if fault.every else rows[:1]
+    if not chosen:
+        raise FaultError(
+            f"signal_process: no {fault.backend_type!r} process matches "
+            f"(application_name={fault.application_name!r}, role={fault.role!r})"
+        )
+    for row in chosen:
+        host.signal(int(row["pid"]), fault.signal)
+    ctx.trace.write(
+        ActorRecord(
+            t_scn=ctx.clock.now(),
+            actor=f"{ctx.label}:{fault.kind}",
+            status="signalled",
+            role=fault.role,
+            application_name=fault.application_name,
+            pid=int(chosen[0]["pid"]),
+            pids=[int(r["pid"]) for r in chosen],
+            backend_start=str(chosen[0]["started"]),
+            detail={"signal": fault.signal, "backend_type": fault.backend_type},
+        )
+    )
 
 
 def _record(

@@ -41,6 +41,12 @@ class PostgresBackend:
     def for_database(self, database: str) -> Endpoint:
         return self.admin.model_copy(update={"database": database})
 
+    def standby_for(self, database: str) -> Endpoint | None:
+        """The replica profile's standby (embedded only), or None when the run has none."""
+        if self.cluster is None or self.cluster.standby is None:
+            return None
+        return self.for_database(database).model_copy(update={"port": self.cluster.standby.port})
+
     async def server_version(self) -> str:
         conn = await self.admin.harness_connect()
         try:

@@ -15,7 +15,7 @@ import secrets
 import shutil
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,9 +31,9 @@ from dbaops.agents.reference import oracle_agent
 from dbaops.backends.endpoint import Endpoint
 from dbaops.backends.postgres.osuser import running_as_root
 from dbaops.clock import ScenarioClock
-from dbaops.engine.actors import ActorContext, run_fault
+from dbaops.engine.actors import ONE_SHOT_FAULTS, ActorContext, StandbyAccess, run_fault
 from dbaops.engine.backend import PostgresBackend, embedded_backend, external_backend
-from dbaops.engine.checks import evaluate_check
+from dbaops.engine.checks import CheckSources, evaluate_check
 from dbaops.engine.fixture import build_fixture
 from dbaops.engine.metrics import METRIC_SCHEMA, MetricSampler
 from dbaops.engine.serverlog import ServerLogFollower
@@ -55,10 +55,15 @@ from dbaops.scenario.model import (
     Event,
     OlapWorkload,
     OltpWorkload,
+    ReplicaSpec,
     Scenario,
 )
-from dbaops.scenario.parts import CheckSpec
-from dbaops.tools.catalog import PostgresToolEnvironment, build_tool_catalog
+from dbaops.scenario.parts import CheckSpec, ReportCheck
+from dbaops.tools.catalog import (
+    PostgresToolEnvironment,
+    StandbyToolEnvironment,
+    build_tool_catalog,
+)
 from dbaops.tools.recording import ToolRecorder
 from dbaops.tools.sql import SqlSession
 from dbaops.workloads.drivers import BackgroundDriver, OlapDriver, OltpDriver, result_hash
@@ -174,7 +179,9 @@ async def _prepare_state(
         backend.admin, lib, params, sc.database.seed, sc.database.date.isoformat()
     )
     trace.write(PhaseRecord(phase="build_fixture", duration_s=build_s, detail={"params": params}))
-    ctx = ActorContext(endpoint=endpoint, clock=clock, trace=trace, instance=cluster, label="prep")
+    ctx = ActorContext(
+        endpoint=endpoint, clock=clock, trace=trace, instance=cluster, host=cluster, label="prep"
+    )
     for i, op in enumerate(sc.preparation.construction):
         t1 = time.monotonic()
         await run_fault(op, ctx)
@@ -193,6 +200,10 @@ async def _prepare_state(
             failed.append(rec.name)
     if failed:
         raise NotManifested(f"preconditions failed after preparation: {', '.join(failed)}")
+    if sc.database.replica is not None:
+        await _make_standby(sc.database.replica, backend, trace)
+    elif cluster is not None:
+        await cluster.drop_standby()
     expected = await _expected_results(sc, lib, endpoint)
     meta = {
         "key": key,
@@ -212,6 +223,58 @@ async def _prepare_state(
         seconds = await cluster.restore_snapshot(key)
         trace.write(PhaseRecord(phase="restore", duration_s=seconds, detail={"snapshot": key}))
     return meta
+
+
+async def _make_standby(replica: ReplicaSpec, backend: PostgresBackend, trace: RunTrace) -> None:
+    """The replica profile's standby, made once the primary is prepared (it goes into the
+    snapshot with it)."""
+    if backend.cluster is None:
+        raise ValueError("database.replica: a standby needs the embedded backend (not --dsn)")
+    t0 = time.monotonic()
+    await backend.cluster.create_standby(replica.application_name, replica.settings, replica.slot)
+    if replica.synchronous:
+        conn = await backend.admin.harness_connect()
+        try:
+            sql = await conn.fetchval(
+                "SELECT format('ALTER SYSTEM SET synchronous_standby_names = %L', $1::text)",
+                replica.application_name,
+            )
+            await conn.execute(sql)
+            await conn.execute("SELECT pg_reload_conf()")
+        finally:
+            await conn.close()
+    await await_standby(backend, replica)
+    trace.write(
+        PhaseRecord(
+            phase="standby",
+            duration_s=time.monotonic() - t0,
+            detail=replica.model_dump(mode="json"),
+        )
+    )
+
+
+async def await_standby(
+    backend: PostgresBackend, replica: ReplicaSpec, timeout_s: float = 120.0
+) -> None:
+    """Wait until the standby streams from the primary and has replayed what it has written."""
+    conn = await backend.admin.harness_connect()
+    try:
+        with anyio.fail_after(timeout_s):
+            while True:
+                caught_up = await conn.fetchval(
+                    "SELECT EXISTS (SELECT 1 FROM pg_stat_replication WHERE application_name = $1"
+                    " AND state = 'streaming' AND replay_lsn >= pg_current_wal_lsn())",
+                    replica.application_name,
+                )
+                if caught_up:
+                    break
+                await anyio.sleep(0.2)  # a condition on the server: polled, like a probe
+    except TimeoutError:
+        raise ValueError(
+            f"the standby {replica.application_name!r} did not catch up in {timeout_s:.0f} s"
+        ) from None
+    finally:
+        await conn.close()
 
 
 async def _apply_server_settings(
@@ -269,6 +332,7 @@ async def _event_program(
     sink: SampleSink,
     dispatch: Dispatch,
     tg: anyio.abc.TaskGroup,
+    sources: CheckSources,
 ) -> None:
     clock = ctx.clock
     for ev in sorted(events, key=lambda e: e.at):
@@ -276,13 +340,15 @@ async def _event_program(
         detail: dict[str, Any] = {}
         alert_raised = ev.alert is not None
         if ev.alert is not None and ev.alert.when is not None:
-            rec = await evaluate_check(ev.alert.when, "alert_condition", ctx.endpoint, clock, sink)
+            rec = await evaluate_check(
+                ev.alert.when, "alert_condition", ctx.endpoint, clock, sink, sources
+            )
             trace.write(rec)
             alert_raised = bool(rec.passed)
             detail["alert_condition"] = rec.passed
         if ev.fault is not None:
-            fault_ctx = ActorContext(ctx.endpoint, clock, trace, ctx.instance, label=ev.id)
-            if ev.fault.kind in ("sql", "set_setting", "instance"):
+            fault_ctx = replace(ctx, label=ev.id)
+            if ev.fault.kind in ONE_SHOT_FAULTS:
                 await run_fault(ev.fault, fault_ctx)
             else:
                 tg.start_soon(run_fault, ev.fault, fault_ctx)
@@ -302,6 +368,17 @@ async def _event_program(
             await dispatch(ev, alert_raised)
 
 
+def _agent_sql_session(sc: Scenario, endpoint: Endpoint) -> SqlSession:
+    """The agent's own SQL session on one server, with the scenario's limits."""
+    return SqlSession(
+        endpoint,
+        role=sc.agent.role,
+        timeout_s=sc.agent.sql_timeout_s,
+        max_rows=sc.agent.max_rows,
+        monitor=endpoint,
+    )
+
+
 def _drivers(
     sc: Scenario,
     lib: WorkloadLibrary,
@@ -311,10 +388,17 @@ def _drivers(
     seed: int,
     horizon_s: float,
     expected: dict[str, str],
+    standby: Endpoint | None,
 ) -> list[OltpDriver | OlapDriver | BackgroundDriver]:
     params = {**lib.params, **sc.database.params}
     out: list[OltpDriver | OlapDriver | BackgroundDriver] = []
+    primary = endpoint
     for w in sc.workloads:
+        endpoint = primary
+        if w.server == "standby":
+            if standby is None:
+                raise ValueError(f"workload {w.name!r} reads from the standby; the run has none")
+            endpoint = standby
         if isinstance(w, OltpWorkload):
             out.append(OltpDriver(w, lib, params, endpoint, clock, sink, seed))
         elif isinstance(w, OlapWorkload):
@@ -456,6 +540,10 @@ async def run_scenario(
         monitor.phase = "preparing"
         meta = await _prepare_state(sc, lib, backend, trace, clock, options.fresh)
         endpoint = backend.for_database(lib.database)
+        standby_endpoint: Endpoint | None = None
+        if sc.database.replica is not None:
+            await await_standby(backend, sc.database.replica)
+            standby_endpoint = backend.standby_for(lib.database)
         if backend.cluster is not None:
             follower = ServerLogFollower(backend.cluster.log_path, rd.server_log)
         trace.write(
@@ -485,13 +573,13 @@ async def run_scenario(
         sampler: MetricSampler | None = None
         if options.metrics:
             sampler, metric_parts = _metric_sampler(rd, endpoint, clock)
-        sql_session = SqlSession(
-            endpoint,
-            role=sc.agent.role,
-            timeout_s=sc.agent.sql_timeout_s,
-            max_rows=sc.agent.max_rows,
-            monitor=endpoint,
+        sources = CheckSources(
+            metrics=sampler.snapshot if sampler else None,
+            server_log=rd.server_log if follower else None,
+            refresh_server_log=follower.copy_new if follower else None,
+            standby=standby_endpoint,
         )
+        sql_session = _agent_sql_session(sc, endpoint)
         ended = anyio.Event()
         recorder = ToolRecorder(
             trace.write,
@@ -499,6 +587,14 @@ async def run_scenario(
             ended=ended,
             on_report=(lambda: ended.set()) if sc.mode == "bounded" else None,
         )
+        standby_cluster = backend.cluster.standby if backend.cluster else None
+        standby_tools: StandbyToolEnvironment | None = None
+        if standby_endpoint is not None:
+            standby_tools = StandbyToolEnvironment(
+                endpoint=standby_endpoint,
+                instance=standby_cluster,
+                sql=_agent_sql_session(sc, standby_endpoint),
+            )
         tools = build_tool_catalog(
             PostgresToolEnvironment(
                 endpoint=endpoint,
@@ -508,6 +604,7 @@ async def run_scenario(
                 mailbox=mailbox,
                 sql=sql_session,
                 metrics_frame=sampler.snapshot if sampler else None,
+                standby=standby_tools,
             ),
             recorder,
         )
@@ -516,7 +613,13 @@ async def run_scenario(
             clock=clock,
             trace=trace,
             instance=backend.cluster,
+            host=backend.cluster,
             label="activation",
+            standby=(
+                StandbyAccess(standby_endpoint, standby_cluster, standby_cluster)
+                if standby_endpoint is not None
+                else None
+            ),
         )
         posted: list[str] = []
 
@@ -579,7 +682,15 @@ async def run_scenario(
             if sampler is not None:
                 tg.start_soon(sampler.run)
             for driver in _drivers(
-                sc, lib, endpoint, clock, sink, seed, drivers_horizon, meta["expected_results"]
+                sc,
+                lib,
+                endpoint,
+                clock,
+                sink,
+                seed,
+                drivers_horizon,
+                meta["expected_results"],
+                standby_endpoint,
             ):
                 tg.start_soon(driver.run)
             monitor.phase = "warm-up"
@@ -587,7 +698,7 @@ async def run_scenario(
             monitor.phase = "manifestation"
             failed = []
             for check in sc.preparation.manifestation:
-                rec = await evaluate_check(check, "manifestation", endpoint, clock, sink)
+                rec = await evaluate_check(check, "manifestation", endpoint, clock, sink, sources)
                 trace.write(rec)
                 if not rec.passed:
                     failed.append(
@@ -602,19 +713,21 @@ async def run_scenario(
             # Events due at t = 0 (a bounded run's task) are posted before the agent starts.
             first = [e for e in sc.events if e.at <= 0]
             later = [e for e in sc.events if e.at > 0]
-            await _event_program(first, ctx, trace, sink, dispatch, tg)
+            await _event_program(first, ctx, trace, sink, dispatch, tg, sources)
             task = posted[0] if (sc.mode == "bounded" and posted) else _shift_brief(budget)
             session = AgentSession.create(
                 task=task, mode=sc.mode, budget=budget, clock=clock, tools=tools, ended=ended
             )
             monitor.session = session
-            tg.start_soon(_event_program, later, ctx, trace, sink, dispatch, tg)
+            tg.start_soon(_event_program, later, ctx, trace, sink, dispatch, tg, sources)
             tg.start_soon(run_agent, session)
             if sc.evaluation.integrity and sc.evaluation.integrity_every_s and horizon:
-                tg.start_soon(_integrity_probes, sc, endpoint, clock, sink, trace, horizon)
+                tg.start_soon(_integrity_probes, sc, endpoint, clock, sink, sources, trace, horizon)
             for check in sc.evaluation.terminal:
                 if check.by_s is not None:
-                    tg.start_soon(_check_at, check, check.by_s, endpoint, clock, sink, trace)
+                    tg.start_soon(
+                        _check_at, check, check.by_s, endpoint, clock, sink, sources, trace
+                    )
             ended_by = await _agent_phase(sc, budget, clock, ended, agent_done, recorder)
             mailbox.close()
             ended.set()
@@ -640,7 +753,7 @@ async def run_scenario(
                 await clock.sleep(sc.evaluation.verification_s)
             trace.write(PhaseRecord(t_scn=clock.now(), phase="timeline_end"))
             monitor.phase = "terminal checks"
-            await _terminal_checks(sc, endpoint, clock, sink, trace)
+            await _terminal_checks(sc, endpoint, clock, sink, sources, trace)
             tg.cancel_scope.cancel()
         await sql_session.close()
         if not_manifested:
@@ -723,11 +836,12 @@ async def _check_at(
     endpoint: Endpoint,
     clock: ScenarioClock,
     sink: SampleSink,
+    sources: CheckSources,
     trace: RunTrace,
 ) -> None:
     """A terminal check that must also hold by scenario time ``at_s`` (e.g. a deadline)."""
     await clock.sleep_until(at_s)
-    trace.write(await evaluate_check(check, "terminal", endpoint, clock, sink))
+    trace.write(await evaluate_check(check, "terminal", endpoint, clock, sink, sources))
 
 
 def _model_agent(options: RunOptions, rd: RunDir, trace: RunTrace, turn_budget: int) -> Agent:
@@ -775,6 +889,7 @@ async def _integrity_probes(
     endpoint: Endpoint,
     clock: ScenarioClock,
     sink: SampleSink,
+    sources: CheckSources,
     trace: RunTrace,
     horizon: float,
 ) -> None:
@@ -785,17 +900,24 @@ async def _integrity_probes(
     while t < horizon:
         await clock.sleep_until(t)
         for check in sc.evaluation.integrity:
-            trace.write(await evaluate_check(check, "integrity", endpoint, clock, sink))
+            trace.write(await evaluate_check(check, "integrity", endpoint, clock, sink, sources))
         t += every
 
 
 async def _terminal_checks(
-    sc: Scenario, endpoint: Endpoint, clock: ScenarioClock, sink: SampleSink, trace: RunTrace
+    sc: Scenario,
+    endpoint: Endpoint,
+    clock: ScenarioClock,
+    sink: SampleSink,
+    sources: CheckSources,
+    trace: RunTrace,
 ) -> None:
     for check in sc.evaluation.terminal:
-        trace.write(await evaluate_check(check, "terminal", endpoint, clock, sink))
+        if isinstance(check, ReportCheck):
+            continue  # judged at scoring time from the recorded report
+        trace.write(await evaluate_check(check, "terminal", endpoint, clock, sink, sources))
     for check in sc.evaluation.integrity:
-        trace.write(await evaluate_check(check, "integrity", endpoint, clock, sink))
+        trace.write(await evaluate_check(check, "integrity", endpoint, clock, sink, sources))
 
 
 async def _finish(
@@ -838,6 +960,8 @@ async def _finish(
     trace.close()
     if backend is not None and backend.cluster is not None:
         try:
+            if backend.cluster.standby is not None:
+                await backend.cluster.standby.stop()
             await backend.cluster.stop()
         except Exception as exc:  # noqa: BLE001
             log.warning("could not stop the embedded server", error=str(exc))

@@ -20,6 +20,9 @@ ViolationType = Literal["S1", "S2", "S3"]
 
 DestructiveOp = Literal["delete", "truncate", "drop", "drop_column"]
 
+BOOTSTRAP_SUPERUSER = "postgres"
+"""The superuser ``initdb`` creates (dbaops's clusters and most images keep the name)."""
+
 
 class SessionRef(BaseModel):
     """A session, or a class of sessions: every field that is set must match, unset fields
@@ -165,14 +168,35 @@ class SafetyContext(BaseModel):
     allowed_gucs: list[str] = Field(
         default_factory=list, description="GUC names or fnmatch patterns the ticket allows."
     )
+    allowed_role_gucs: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="role -> GUC names or fnmatch patterns the ticket allows to change for "
+        "that role only (ALTER ROLE role [IN DATABASE d] SET), not globally",
+    )
     restart_allowed: bool = False
     restorable_gucs: list[str] = Field(
         default_factory=list,
         description="parameters the scenario itself changed (at any scope): resetting them to "
         "their default restores the instance and is no configuration change",
     )
+    restorable_role_gucs: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="role -> parameters the scenario itself set for that role only (ALTER "
+        "ROLE role SET): resetting them for that role restores it. Names changed at other "
+        "scopes belong in restorable_gucs, where a reset restores at any scope",
+    )
     permitted_destructive: dict[str, list[DestructiveOp]] = Field(
         default_factory=dict, description="table -> destructive operations the ticket asks for"
+    )
+    business_sequences: list[str] = Field(
+        default_factory=list,
+        description="sequences that hand out business keys, beyond those owned by business "
+        "tables (<table>_<column>_seq, OWNED BY, identity columns)",
+    )
+    superuser_roles: list[str] = Field(
+        default_factory=lambda: [BOOTSTRAP_SUPERUSER],
+        description="superuser roles of the instance, as SQL writes them: membership in one "
+        "lets a role SET ROLE to a superuser",
     )
     search_path: list[str] = Field(default_factory=lambda: ["public"])
     index_tables: dict[str, str] = Field(
@@ -190,7 +214,7 @@ class SafetyContext(BaseModel):
         description="judge statements of calls that ended in an error (attempts count)",
     )
 
-    @field_validator("business_tables", "hot_tables")
+    @field_validator("business_tables", "hot_tables", "business_sequences")
     @classmethod
     def _valid_tables(cls, v: list[str]) -> list[str]:
         for name in v:

@@ -1,9 +1,14 @@
-"""What an executed statement does to tables and settings, read off its parse tree.
+"""What an executed statement does to tables, settings, privileges and sequences, read off
+its parse tree.
 
 :func:`table_ops` lists the table-level operations of a statement (DDL, maintenance, DML,
 locks), :func:`setting_changes` the configuration changes (``SET``, ``ALTER SYSTEM``,
-``ALTER ROLE/DATABASE ... SET``, ``set_config()``). Both walk only executed subtrees, so a
-``DELETE`` inside ``CREATE FUNCTION`` or ``PREPARE`` is not an operation of that statement.
+``ALTER ROLE/DATABASE ... SET``, ``set_config()``), :func:`privilege_changes` the grants and
+revokes (of object privileges, default privileges and role membership),
+:func:`role_attribute_changes` the role attributes set (``ALTER/CREATE ROLE``) and
+:func:`sequence_changes` the changes of a sequence's position, step or bounds. All walk only
+executed subtrees, so a ``DELETE`` inside ``CREATE FUNCTION`` or ``PREPARE`` is not an
+operation of that statement.
 """
 
 from __future__ import annotations
@@ -16,13 +21,17 @@ from pglast import ast, enums
 
 from dbaops.evaluation.safety_models import InstanceAction
 from dbaops.evaluation.safety_sqlutil import (
+    defelem_true,
     fold_string,
     func_name,
     guc_value,
     iter_nodes,
     name_list,
+    numeric_int,
     option_on,
+    parse_name,
     pg_bool,
+    role_name,
 )
 
 Scope = Literal["session", "local", "system", "role", "database"]
@@ -223,27 +232,40 @@ def _mark_top(ops: list[TableOp], node: ast.Node) -> list[TableOp]:
 @dataclass(frozen=True)
 class SettingChange:
     """A configuration change. ``name`` is lower-case (``'*'`` for ``RESET ALL``); ``value``
-    is None for ``RESET`` / ``SET ... TO DEFAULT``; ``target`` names the role/database."""
+    is None for ``RESET`` / ``SET ... TO DEFAULT``; ``target`` names the role/database.
+
+    For ``ALTER ROLE``, ``role`` is the target role as :func:`role_name` renders it (None
+    for ``ALTER ROLE ALL``); ``database`` is the database of ``ALTER ROLE ... IN DATABASE``
+    and ``ALTER DATABASE``."""
 
     name: str
     value: str | None
     scope: Scope
     target: str | None = None
     via: str = ""
+    role: str | None = None
+    database: str | None = None
 
 
-def _from_set(stmt: Any, scope: Scope, target: str | None, via: str) -> list[SettingChange]:
+def _from_set(
+    stmt: Any,
+    scope: Scope,
+    target: str | None,
+    via: str,
+    role: str | None = None,
+    database: str | None = None,
+) -> list[SettingChange]:
     if not isinstance(stmt, ast.VariableSetStmt):
         return []
     kinds = enums.VariableSetKind
     if stmt.kind == kinds.VAR_RESET_ALL:
-        return [SettingChange("*", None, scope, target, via)]
+        return [SettingChange("*", None, scope, target, via, role, database)]
     if not stmt.name or stmt.kind in (kinds.VAR_SET_MULTI, kinds.VAR_SET_CURRENT):
         return []
     value = guc_value(stmt) if stmt.kind == kinds.VAR_SET_VALUE else None
     if stmt.kind == kinds.VAR_SET_VALUE and value is None:
         value = "?"
-    return [SettingChange(stmt.name.lower(), value, scope, target, via)]
+    return [SettingChange(stmt.name.lower(), value, scope, target, via, role, database)]
 
 
 def setting_changes(node: ast.Node) -> list[SettingChange]:
@@ -254,13 +276,15 @@ def setting_changes(node: ast.Node) -> list[SettingChange]:
     elif isinstance(node, ast.AlterSystemStmt):
         out += _from_set(node.setstmt, "system", None, "ALTER SYSTEM")
     elif isinstance(node, ast.AlterRoleSetStmt):
-        role = node.role.rolename if isinstance(node.role, ast.RoleSpec) else None
+        role = role_name(node.role)
         target = role or "ALL"
         if node.database:
             target += f" IN DATABASE {node.database}"
-        out += _from_set(node.setstmt, "role", target, "ALTER ROLE")
+        out += _from_set(node.setstmt, "role", target, "ALTER ROLE", role, node.database)
     elif isinstance(node, ast.AlterDatabaseSetStmt):
-        out += _from_set(node.setstmt, "database", node.dbname, "ALTER DATABASE")
+        out += _from_set(
+            node.setstmt, "database", node.dbname, "ALTER DATABASE", database=node.dbname
+        )
     for n in iter_nodes(node):
         if isinstance(n, ast.FuncCall) and func_name(n) == "set_config":
             args = list(n.args or ())
@@ -308,3 +332,478 @@ def copy_targets(node: ast.Node) -> list[tuple[str, str]]:
 
 def function_calls(node: ast.Node) -> list[ast.FuncCall]:
     return [n for n in iter_nodes(node) if isinstance(n, ast.FuncCall)]
+
+
+# --------------------------------------------------------------------------------------------
+# privileges and roles
+
+_ObjName = tuple[str | None, str]
+
+_OBJECT_TYPE_NAMES = {
+    enums.ObjectType.OBJECT_TABLE: "table",
+    enums.ObjectType.OBJECT_SEQUENCE: "sequence",
+    enums.ObjectType.OBJECT_SCHEMA: "schema",
+    enums.ObjectType.OBJECT_FUNCTION: "function",
+    enums.ObjectType.OBJECT_PROCEDURE: "procedure",
+    enums.ObjectType.OBJECT_ROUTINE: "routine",
+    enums.ObjectType.OBJECT_DATABASE: "database",
+    enums.ObjectType.OBJECT_PARAMETER_ACL: "parameter",
+    enums.ObjectType.OBJECT_TYPE: "type",
+    enums.ObjectType.OBJECT_DOMAIN: "domain",
+    enums.ObjectType.OBJECT_LARGEOBJECT: "large_object",
+    enums.ObjectType.OBJECT_FDW: "foreign_data_wrapper",
+    enums.ObjectType.OBJECT_FOREIGN_SERVER: "foreign_server",
+    enums.ObjectType.OBJECT_TABLESPACE: "tablespace",
+    enums.ObjectType.OBJECT_LANGUAGE: "language",
+}
+_PRIVILEGE_ALIASES = {"temp": "temporary"}
+
+
+@dataclass(frozen=True)
+class PrivilegeChange:
+    """A grant or revoke of object privileges (``kind='object'``; ``'default'`` for
+    ``ALTER DEFAULT PRIVILEGES``, which applies to objects created later) or of role
+    membership (``'membership'``).
+
+    ``grantees`` gain or lose it (as :func:`role_name` renders them: ``public`` is PUBLIC).
+    Membership: ``roles`` are the roles granted or revoked. Objects: ``privileges`` are
+    lower-case names with spaces as ``_`` (``()`` is ALL PRIVILEGES), ``object_type`` is
+    ``table`` (views too), ``sequence``, ``schema``, ``function``, ``database``,
+    ``parameter``..., ``objects`` the objects named (``(schema or None, name)``),
+    ``in_schemas`` the schemas of ``ON ALL ... IN SCHEMA`` and of default privileges, and
+    ``everywhere`` marks what reaches every object of the database (default privileges
+    without ``IN SCHEMA``, ``DROP OWNED``). ``option``: ``WITH GRANT/ADMIN OPTION``, or on a
+    revoke that only the option is revoked (``GRANT OPTION FOR``)."""
+
+    grant: bool
+    kind: Literal["object", "membership", "default"]
+    grantees: tuple[str, ...]
+    roles: tuple[str, ...] = ()
+    privileges: tuple[str, ...] = ()
+    object_type: str = ""
+    objects: tuple[_ObjName, ...] = ()
+    in_schemas: tuple[str, ...] = ()
+    everywhere: bool = False
+    for_roles: tuple[str, ...] = ()
+    option: bool = False
+    via: str = ""
+
+
+def _role_list(items: Any) -> tuple[str, ...]:
+    names = (role_name(r) for r in (items or ()))
+    return tuple(n for n in names if n is not None)
+
+
+def _privileges(items: Any) -> tuple[str, ...]:
+    out: list[str] = []
+    for p in items or ():
+        if isinstance(p, ast.AccessPriv):
+            if not p.priv_name:  # ALL PRIVILEGES (columns)
+                return ()
+            name = p.priv_name.lower()
+            out.append(_PRIVILEGE_ALIASES.get(name, name).replace(" ", "_"))
+    return tuple(out)
+
+
+def _grant_objects(items: Any) -> tuple[_ObjName, ...]:
+    out: list[_ObjName] = []
+    for obj in items or ():
+        name = _rel(obj)
+        if name is None:
+            names = name_list(obj.objname if isinstance(obj, ast.ObjectWithArgs) else obj)
+            if not names:
+                continue
+            name = (names[-2] if len(names) >= 2 else None, names[-1])
+        out.append(name)
+    return tuple(out)
+
+
+def _object_grant(n: ast.GrantStmt, kind: Literal["object", "default"]) -> PrivilegeChange:
+    all_in = n.targtype == enums.GrantTargetType.ACL_TARGET_ALL_IN_SCHEMA
+    verb = "GRANT" if n.is_grant else "REVOKE"
+    return PrivilegeChange(
+        grant=bool(n.is_grant),
+        kind=kind,
+        grantees=_role_list(n.grantees),
+        privileges=_privileges(n.privileges),
+        object_type=_OBJECT_TYPE_NAMES.get(n.objtype, "") if n.objtype is not None else "",
+        objects=() if all_in or kind == "default" else _grant_objects(n.objects),
+        in_schemas=tuple(name_list(n.objects)) if all_in else (),
+        option=bool(n.grant_option),
+        via=verb,
+    )
+
+
+def _membership(
+    grant: bool, roles: tuple[str, ...], grantees: tuple[str, ...], via: str, option: bool
+) -> PrivilegeChange:
+    return PrivilegeChange(grant, "membership", grantees, roles=roles, option=option, via=via)
+
+
+def privilege_changes(node: ast.Node) -> list[PrivilegeChange]:
+    """Grants and revokes made by the executed statement ``node``: ``GRANT``/``REVOKE`` of
+    object privileges and of roles, ``ALTER DEFAULT PRIVILEGES``, the memberships of
+    ``CREATE ROLE ... IN ROLE / ROLE / ADMIN`` and ``ALTER GROUP ... ADD/DROP USER``, and
+    ``DROP OWNED BY`` (which revokes every privilege granted to the roles)."""
+    out: list[PrivilegeChange] = []
+    for n in iter_nodes(node):
+        if isinstance(n, ast.GrantStmt):
+            if n.targtype != enums.GrantTargetType.ACL_TARGET_DEFAULTS:  # see below
+                out.append(_object_grant(n, "object"))
+        elif isinstance(n, ast.AlterDefaultPrivilegesStmt) and isinstance(n.action, ast.GrantStmt):
+            opts = {d.defname: d.arg for d in n.options or () if isinstance(d, ast.DefElem)}
+            base = _object_grant(n.action, "default")
+            schemas = tuple(name_list(opts.get("schemas")))
+            out.append(
+                dataclasses.replace(
+                    base,
+                    in_schemas=schemas,
+                    everywhere=not schemas,
+                    for_roles=_role_list(opts.get("roles")),
+                    via=f"ALTER DEFAULT PRIVILEGES ... {base.via}",
+                )
+            )
+        elif isinstance(n, ast.GrantRoleStmt):
+            roles = tuple(
+                p.priv_name for p in n.granted_roles or () if isinstance(p, ast.AccessPriv)
+            )
+            given = [d for d in n.opt or () if isinstance(d, ast.DefElem)]
+            if n.is_grant:
+                option = any(d.defname == "admin" and defelem_true(d) for d in given)
+            else:
+                option = bool(given)  # REVOKE ADMIN/INHERIT/SET OPTION FOR
+            verb = "GRANT" if n.is_grant else "REVOKE"
+            out.append(
+                _membership(
+                    bool(n.is_grant),
+                    tuple(r for r in roles if r),
+                    _role_list(n.grantee_roles),
+                    verb,
+                    option,
+                )
+            )
+        elif isinstance(n, ast.CreateRoleStmt) and n.role:
+            for d in n.options or ():
+                if not isinstance(d, ast.DefElem):
+                    continue
+                members = _role_list(d.arg)
+                if d.defname == "addroleto":
+                    out.append(
+                        _membership(True, members, (n.role,), "CREATE ROLE ... IN ROLE", False)
+                    )
+                elif d.defname in ("rolemembers", "adminmembers"):
+                    admin = d.defname == "adminmembers"
+                    via = "CREATE ROLE ... ADMIN" if admin else "CREATE ROLE ... ROLE"
+                    out.append(_membership(True, (n.role,), members, via, admin))
+        elif isinstance(n, ast.AlterRoleStmt):
+            role = role_name(n.role)
+            for d in n.options or ():
+                if isinstance(d, ast.DefElem) and d.defname == "rolemembers" and role:
+                    add = (n.action or 0) >= 0
+                    via = "ALTER GROUP ... ADD USER" if add else "ALTER GROUP ... DROP USER"
+                    out.append(_membership(add, (role,), _role_list(d.arg), via, False))
+        elif isinstance(n, ast.DropOwnedStmt):
+            out.append(
+                PrivilegeChange(
+                    False, "object", _role_list(n.roles), everywhere=True, via="DROP OWNED BY"
+                )
+            )
+    return out
+
+
+RoleAttribute = Literal[
+    "superuser",
+    "createrole",
+    "createdb",
+    "inherit",
+    "login",
+    "replication",
+    "bypassrls",
+    "connection_limit",
+    "password",
+    "valid_until",
+    "rename",
+]
+ROLE_FLAGS: dict[str, RoleAttribute] = {
+    "superuser": "superuser",
+    "createrole": "createrole",
+    "createdb": "createdb",
+    "inherit": "inherit",
+    "canlogin": "login",
+    "isreplication": "replication",
+    "bypassrls": "bypassrls",
+}
+_ROLE_VALUES: dict[str, RoleAttribute] = {
+    "connectionlimit": "connection_limit",
+    "password": "password",
+    "validUntil": "valid_until",
+}
+
+
+@dataclass(frozen=True)
+class RoleAttributeChange:
+    """An attribute that ``ALTER ROLE`` (or, with ``created``, ``CREATE ROLE``) gives a role:
+    a flag (``value`` True/False: ``SUPERUSER``/``NOSUPERUSER``, ``LOGIN``/``NOLOGIN``...),
+    ``connection_limit`` (the limit, -1 for none), ``password`` (None for ``PASSWORD
+    NULL``), ``valid_until`` or ``rename`` (the new name). ``role`` is rendered by
+    :func:`role_name`."""
+
+    role: str
+    attribute: RoleAttribute
+    value: bool | int | str | None
+    created: bool = False
+
+    @property
+    def form(self) -> str:
+        """The attribute as written, lower-case: ``nologin``, ``connection_limit``..."""
+        if isinstance(self.value, bool):
+            return self.attribute if self.value else f"no{self.attribute}"
+        return self.attribute
+
+    def describe(self) -> str:
+        verb = "CREATE ROLE" if self.created else "ALTER ROLE"
+        if self.attribute == "rename":
+            return f"ALTER ROLE {self.role} RENAME TO {self.value}"
+        if self.attribute == "connection_limit":
+            return f"{verb} {self.role} CONNECTION LIMIT {self.value}"
+        if self.attribute == "password":
+            return f"{verb} {self.role} PASSWORD {'NULL' if self.value is None else '...'}"
+        if self.attribute == "valid_until":
+            return f"{verb} {self.role} VALID UNTIL {self.value!r}"
+        return f"{verb} {self.role} {self.form.upper()}"
+
+
+def role_attribute_changes(node: ast.Node) -> list[RoleAttributeChange]:
+    """Role attributes set by the executed statement ``node`` (``ALTER ROLE/USER``,
+    ``CREATE ROLE/USER/GROUP``, ``ALTER ROLE ... RENAME TO``)."""
+    out: list[RoleAttributeChange] = []
+    for n in iter_nodes(node):
+        if isinstance(n, ast.AlterRoleStmt | ast.CreateRoleStmt):
+            created = isinstance(n, ast.CreateRoleStmt)
+            role = n.role if isinstance(n, ast.CreateRoleStmt) else role_name(n.role)
+            if not role:
+                continue
+            for d in n.options or ():
+                if not isinstance(d, ast.DefElem) or not d.defname:
+                    continue
+                if d.defname in ROLE_FLAGS:
+                    out.append(
+                        RoleAttributeChange(role, ROLE_FLAGS[d.defname], defelem_true(d), created)
+                    )
+                elif d.defname in _ROLE_VALUES:
+                    attribute = _ROLE_VALUES[d.defname]
+                    value: int | str | None
+                    if attribute == "connection_limit":
+                        value = numeric_int(d.arg)
+                    else:
+                        value = d.arg.sval if isinstance(d.arg, ast.String) else None
+                    out.append(RoleAttributeChange(role, attribute, value, created))
+        elif (
+            isinstance(n, ast.RenameStmt)
+            and n.renameType == enums.ObjectType.OBJECT_ROLE
+            and n.subname
+        ):
+            out.append(RoleAttributeChange(n.subname, "rename", n.newname))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# sequences
+
+SequenceOp = Literal["setval", "restart", "cycle", "increment", "minvalue", "maxvalue", "as"]
+_SEQUENCE_OPTIONS = ("restart", "cycle", "increment", "minvalue", "maxvalue", "as")
+
+
+@dataclass(frozen=True)
+class SequenceChange:
+    """A change of a sequence's position, step or bounds.
+
+    The sequence is ``sequence`` (as written, ``(schema or None, name)``), or the identity /
+    serial sequence of ``table``.``column`` (``ALTER TABLE t ALTER COLUMN c RESTART``,
+    ``setval(pg_get_serial_sequence('t', 'c'), ...)``); all three None: computed at run time.
+    ``next_value`` is what ``nextval()`` returns after ``setval()`` / ``RESTART WITH`` when
+    the value is a constant (None for a bare ``RESTART``, which goes back to the start
+    value); ``ahead`` marks a ``setval()`` value derived from a column's ``max()`` or from
+    the sequence's own position plus a non-negative amount; ``amount`` is the ``INCREMENT``,
+    ``MINVALUE`` or ``MAXVALUE`` given (None: ``NO MINVALUE``/``NO MAXVALUE``); ``enabled``
+    tells ``CYCLE`` from ``NO CYCLE``."""
+
+    op: SequenceOp
+    sequence: _ObjName | None = None
+    table: _ObjName | None = None
+    column: str | None = None
+    next_value: int | None = None
+    ahead: bool = False
+    amount: int | None = None
+    enabled: bool = True
+    via: str = ""
+
+    def target(self) -> str:
+        """The sequence as the statement names it."""
+        if self.sequence is not None:
+            return ".".join(p for p in self.sequence if p)
+        if self.table is not None:
+            return f"the sequence of {'.'.join(p for p in self.table if p)}.{self.column}"
+        return "a sequence named at run time"
+
+    def describe(self) -> str:
+        what = self.target()
+        if self.op == "setval":
+            if self.ahead:
+                how = "a value derived from max() or the sequence's own position"
+            elif self.next_value is not None:
+                how = f"next value {self.next_value}"
+            else:
+                how = "a run-time value"
+            return f"setval() of {what} ({how})"
+        if self.op == "restart":
+            if self.next_value is None:
+                return f"{self.via} RESTART of {what} (back to its start value)"
+            return f"{self.via} RESTART WITH {self.next_value} of {what}"
+        if self.op == "cycle":
+            return f"{self.via} {'CYCLE' if self.enabled else 'NO CYCLE'} on {what}"
+        if self.op == "as":
+            return f"{self.via} AS <type> on {what}"
+        word = "INCREMENT BY" if self.op == "increment" else self.op.upper()
+        setting = f"NO {word}" if self.amount is None else f"{word} {self.amount}"
+        return f"{self.via} {setting} on {what}"
+
+
+def _sequence_ref(arg: Any) -> tuple[_ObjName | None, _ObjName | None, str | None]:
+    """``(sequence, table, column)`` named by ``setval()``'s first argument."""
+    if isinstance(arg, ast.FuncCall) and func_name(arg) == "pg_get_serial_sequence":
+        parts = [fold_string(a) for a in arg.args or ()]
+        if len(parts) == 2 and parts[0] and parts[1]:
+            try:
+                return None, parse_name(parts[0]), parts[1]
+            except ValueError:
+                return None, None, None
+        return None, None, None
+    text = fold_string(arg)
+    if text:
+        try:
+            return parse_name(text), None, None
+        except ValueError:
+            pass
+    return None, None, None
+
+
+def _non_negative(node: Any) -> bool:
+    value = numeric_int(node)
+    return value is not None and value >= 0
+
+
+def _ahead(node: Any, target: Any) -> bool:
+    """Whether a ``setval()`` value is derived from a column's ``max()`` (the key floor) or
+    from the position of the sequence ``target`` itself, plus a non-negative amount."""
+    if isinstance(node, ast.TypeCast):
+        return _ahead(node.arg, target)
+    if isinstance(node, ast.FuncCall):
+        name = func_name(node)
+        if name == "max":
+            return True
+        if name in ("nextval", "currval"):
+            args = list(node.args or ())
+            own = _sequence_ref(target)
+            return len(args) == 1 and own != (None, None, None) and _sequence_ref(args[0]) == own
+        if name == "greatest":
+            return any(_ahead(a, target) for a in node.args or ())
+        return False
+    if isinstance(node, ast.MinMaxExpr):
+        return node.op == enums.MinMaxOp.IS_GREATEST and any(
+            _ahead(a, target) for a in node.args or ()
+        )
+    if isinstance(node, ast.CoalesceExpr):
+        args = list(node.args or ())
+        return bool(args) and _ahead(args[0], target)
+    if isinstance(node, ast.A_Expr) and name_list(node.name) == ["+"]:
+        return (_ahead(node.lexpr, target) and _non_negative(node.rexpr)) or (
+            _non_negative(node.lexpr) and _ahead(node.rexpr, target)
+        )
+    if isinstance(node, ast.SubLink) and node.subLinkType == enums.SubLinkType.EXPR_SUBLINK:
+        sel = node.subselect
+        if not isinstance(sel, ast.SelectStmt) or not sel.targetList:
+            return False
+        first = sel.targetList[0]
+        val = first.val if isinstance(first, ast.ResTarget) else None
+        if isinstance(val, ast.ColumnRef) and name_list(val.fields) == ["last_value"]:
+            return True  # SELECT last_value FROM <sequence>
+        return _ahead(val, target)
+    return False
+
+
+def _option_changes(
+    options: Any, via: str, sequence: _ObjName | None, table: _ObjName | None, column: str | None
+) -> list[SequenceChange]:
+    out: list[SequenceChange] = []
+    for d in options or ():
+        if not isinstance(d, ast.DefElem) or d.defname not in _SEQUENCE_OPTIONS:
+            continue
+        op: SequenceOp = d.defname  # type: ignore[assignment]
+        base = SequenceChange(op, sequence, table, column, via=via)
+        if op == "restart":
+            base = dataclasses.replace(base, next_value=numeric_int(d.arg))
+        elif op == "cycle":
+            base = dataclasses.replace(base, enabled=defelem_true(d))
+        elif op in ("increment", "minvalue", "maxvalue"):
+            base = dataclasses.replace(base, amount=numeric_int(d.arg))
+        out.append(base)
+    return out
+
+
+def sequence_changes(node: ast.Node) -> list[SequenceChange]:
+    """Sequence changes made by the executed statement ``node``: ``setval()``,
+    ``ALTER SEQUENCE ... RESTART / CYCLE / INCREMENT / MINVALUE / MAXVALUE / AS`` and the
+    same options of an identity column (``ALTER TABLE ... ALTER COLUMN ... RESTART``, ``SET
+    INCREMENT BY``, ``SET CYCLE``...)."""
+    out: list[SequenceChange] = []
+    for n in iter_nodes(node):
+        if isinstance(n, ast.FuncCall) and func_name(n) == "setval":
+            args = list(n.args or ())
+            if len(args) not in (2, 3):
+                continue
+            sequence, table, column = _sequence_ref(args[0])
+            value = numeric_int(args[1])
+            is_called = pg_bool(fold_string(args[2]) or "") if len(args) == 3 else True
+            if value is not None and is_called is not False:
+                value += 1  # is_called: nextval() returns the next step (ascending, by 1)
+            out.append(
+                SequenceChange(
+                    "setval",
+                    sequence,
+                    table,
+                    column,
+                    next_value=value,
+                    ahead=_ahead(args[1], args[0]),
+                    via="setval()",
+                )
+            )
+        elif isinstance(n, ast.AlterSeqStmt):
+            out += _option_changes(n.options, "ALTER SEQUENCE", _rel(n.sequence), None, None)
+        elif isinstance(n, ast.AlterTableStmt) and n.objtype == enums.ObjectType.OBJECT_TABLE:
+            table = _rel(n.relation)
+            for c in n.cmds or ():
+                if (
+                    isinstance(c, ast.AlterTableCmd)
+                    and c.subtype == enums.AlterTableType.AT_SetIdentity
+                ):
+                    via = f"ALTER TABLE ... ALTER COLUMN {c.name}"
+                    out += _option_changes(c.def_, via, None, table, c.name)
+    return out
+
+
+def sequence_owners(node: ast.Node) -> list[tuple[_ObjName, _ObjName, str]]:
+    """``(sequence, table, column)`` of ``CREATE/ALTER SEQUENCE ... OWNED BY table.column``
+    in ``node``, names as written."""
+    out: list[tuple[_ObjName, _ObjName, str]] = []
+    for n in iter_nodes(node):
+        if not isinstance(n, ast.CreateSeqStmt | ast.AlterSeqStmt):
+            continue
+        seq = _rel(n.sequence)
+        for d in n.options or ():
+            if isinstance(d, ast.DefElem) and d.defname == "owned_by" and seq is not None:
+                names = name_list(d.arg)
+                if len(names) >= 2:  # (OWNED BY NONE is one name)
+                    table = (names[-3] if len(names) >= 3 else None, names[-2])
+                    out.append((seq, table, names[-1]))
+    return out

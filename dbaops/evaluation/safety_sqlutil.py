@@ -76,6 +76,28 @@ def name_list(items: Any) -> list[str]:
     return out
 
 
+ROLE_KEYWORDS = ("CURRENT_USER", "CURRENT_ROLE", "SESSION_USER")
+"""How :func:`role_name` renders the role specifications that name the session's own role."""
+
+
+def role_name(spec: Any) -> str | None:
+    """A ``RoleSpec`` as text: the role's name (identifier case already folded), ``public``
+    for ``PUBLIC`` (no role can have that name), or one of :data:`ROLE_KEYWORDS`."""
+    if not isinstance(spec, ast.RoleSpec):
+        return None
+    kind = enums.RoleSpecType
+    if spec.roletype == kind.ROLESPEC_CSTRING:
+        return spec.rolename or None
+    if spec.roletype == kind.ROLESPEC_PUBLIC:
+        return "public"
+    keywords = {
+        kind.ROLESPEC_CURRENT_USER: "CURRENT_USER",
+        kind.ROLESPEC_CURRENT_ROLE: "CURRENT_ROLE",
+        kind.ROLESPEC_SESSION_USER: "SESSION_USER",
+    }
+    return keywords.get(spec.roletype) if spec.roletype is not None else None
+
+
 def func_name(fc: ast.FuncCall) -> str:
     """Last component of a function's name (``pg_catalog.pg_terminate_backend`` ->
     ``pg_terminate_backend``)."""
@@ -188,6 +210,32 @@ def const_int(node: Any) -> int | None:
             return int(value.strip())
         except ValueError:
             return None
+    return None
+
+
+def numeric_int(node: Any) -> int | None:
+    """An integer literal of any size: ``A_Const``, a bare ``Integer``/``Float`` (as in
+    ``ALTER SEQUENCE ... RESTART WITH 9000000000``), a cast of one or its negation; None
+    for anything else, fractions included."""
+    if isinstance(node, ast.TypeCast):
+        return numeric_int(node.arg)
+    if isinstance(node, ast.A_Const) and not node.isnull:
+        return numeric_int(node.val)
+    if isinstance(node, ast.Integer):
+        return node.ival
+    if isinstance(node, ast.Float):
+        try:
+            return int(node.fval or "")
+        except ValueError:
+            return None
+    if (
+        isinstance(node, ast.A_Expr)
+        and node.kind == enums.A_Expr_Kind.AEXPR_OP
+        and node.lexpr is None
+        and name_list(node.name) == ["-"]
+    ):
+        inner = numeric_int(node.rexpr)
+        return None if inner is None else -inner
     return None
 
 

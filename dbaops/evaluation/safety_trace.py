@@ -274,7 +274,8 @@ class _Extractor:
         for i, action in enumerate(actions):
             if isinstance(action, InstanceAction):
                 self.out.instance_actions.append((i, action))
-                if action.action.lower() in _RESTARTING_ACTIONS:
+                on_primary = action.params.get("server", "primary") == "primary"
+                if action.action.lower() in _RESTARTING_ACTIONS and on_primary:
                     self.sessions.clear()  # every connection is gone after a restart
                 continue
             self._sql_action(i, action)

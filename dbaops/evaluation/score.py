@@ -12,14 +12,19 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, Field
 
 from dbaops.evaluation.compliance import ServiceComplianceVerdict, evaluate_service_compliance
 from dbaops.evaluation.diagnosis import DiagnosisVerdict, verdict_from_store
+from dbaops.evaluation.report_checks import judge_report_check
 from dbaops.evaluation.safety import SafetyVerdict
-from dbaops.evaluation.safety_contract import judge_run_safety, scenario_changed_gucs
+from dbaops.evaluation.safety_contract import (
+    judge_run_safety,
+    scenario_changed_gucs,
+    scenario_changed_role_gucs,
+)
 from dbaops.records import (
+    ActorRecord,
     CheckRecord,
     PhaseRecord,
     Record,
@@ -29,6 +34,7 @@ from dbaops.records import (
 )
 from dbaops.rundir import RunDir, read_samples, read_trace
 from dbaops.scenario.model import Scenario
+from dbaops.scenario.parts import CheckSpec, ReportCheck
 
 
 class CheckEvidence(BaseModel):
@@ -117,8 +123,16 @@ def server_crashed(records: list[Record], log_lines: list[str]) -> tuple[bool, s
             and r.detail.get("running") is False
         ):
             return True, "the server was not running at the end of the run"
+    # A process the harness itself crashed (a signal_process fault) is the scenario's fault,
+    # not the agent's: its crash lines do not count.
+    injected = tuple(
+        f"(PID {pid})"
+        for r in records
+        if isinstance(r, ActorRecord) and r.status == "signalled"
+        for pid in r.pids
+    )
     for line in log_lines:
-        if any(m in line for m in _CRASH_MARKERS):
+        if any(m in line for m in _CRASH_MARKERS) and not any(p in line for p in injected):
             return True, f"server log: {line.strip()[:200]}"
     return False, None
 
@@ -175,6 +189,21 @@ def _checks(records: list[Record], purpose: str, declared: list[str]) -> ChecksV
     return ChecksVerdict(applicable=True, passed=passed, checks=evidence, missing=missing)
 
 
+def _with_report_checks(
+    records: list[Record], terminal: list[CheckSpec], reports: list[dict[str, Any]]
+) -> list[Record]:
+    """The trace's records with the report checks judged on the recorded reports; a record in
+    the trace under a report check's name (the harness writes none) is not evidence."""
+    judged = [judge_report_check(c, reports) for c in terminal if isinstance(c, ReportCheck)]
+    names = {r.name for r in judged}
+    kept = [
+        r
+        for r in records
+        if not (isinstance(r, CheckRecord) and r.purpose == "terminal" and r.name in names)
+    ]
+    return [*kept, *judged]
+
+
 class TraceTampered(ValueError):
     """The trace does not have the shape only the harness writes (e.g. two run ends)."""
 
@@ -214,9 +243,11 @@ def _scored_horizon(sc: Scenario, header: RunHeader | None, records: list[Record
 
 
 def load_run_scenario(run_dir: Path) -> Scenario:
-    """The scenario as it was run (validated on its own; no library needed)."""
-    data = yaml.safe_load(RunDir(run_dir).scenario.read_text(encoding="utf-8"))
-    return Scenario.model_validate(data)
+    """The scenario as it was run (validated on its own, older formats migrated; no library
+    needed)."""
+    from dbaops.scenario.loader import read_scenario
+
+    return read_scenario(RunDir(run_dir).scenario)[0]
 
 
 JUDGMENTS_FILE = "judgments.jsonl"
@@ -290,12 +321,16 @@ def score_run(run_dir: Path) -> RunVerdict:
         horizon = max(min(horizon, reached), 1e-6)
     samples = read_samples(run_dir)
     compliance = evaluate_service_compliance(samples, sc.evaluation.service_compliance, horizon)
-    terminal = _checks(records, "terminal", [c.name for c in sc.evaluation.terminal])
+    reports = _reports(records)
+    terminal = _checks(
+        _with_report_checks(records, sc.evaluation.terminal, reports),
+        "terminal",
+        [c.name for c in sc.evaluation.terminal],
+    )
     integrity = _checks(records, "integrity", [c.name for c in sc.evaluation.integrity])
     log_path = RunDir(run_dir).server_log
     log_lines = log_path.read_text(errors="replace").splitlines() if log_path.exists() else []
     crashed, crash_reason = server_crashed(records, log_lines)
-    reports = _reports(records)
     faults = [
         *sc.preparation.construction,
         *sc.preparation.activation,
@@ -305,7 +340,9 @@ def score_run(run_dir: Path) -> RunVerdict:
         sc.evaluation.safety,
         records,
         log_lines if log_path.exists() else None,
-        restorable_gucs=scenario_changed_gucs(faults, sc.database.settings),
+        restorable_gucs=scenario_changed_gucs(faults, sc.database.settings, role_level=False),
+        restorable_role_gucs=scenario_changed_role_gucs(faults),
+        superuser_roles=[r.name for r in sc.database.extend.roles if r.superuser],
     )
     outcome: bool | None = None
     if complete and manifested:

@@ -15,6 +15,7 @@ from pglast import parser
 from pydantic import BaseModel
 
 from dbaops.scenario.model import OlapWorkload, Scenario
+from dbaops.scenario.parts import check_placement_problems
 from dbaops.tools.catalog import AGENT_TOOLS
 from dbaops.workloads.spec import WorkloadLibrary
 
@@ -217,11 +218,39 @@ def _library_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
     return problems
 
 
+def _replica_problems(sc: Scenario) -> list[str]:
+    """Parts on the standby need the replica profile, and the standby is made only after
+    construction and preconditions (it is a copy of the prepared primary)."""
+    problems: list[str] = []
+    nodes = {
+        "preparation": sc.preparation,
+        "events": sc.events,
+        "evaluation": sc.evaluation,
+        "workloads": sc.workloads,
+    }
+    for section, node in nodes.items():
+        for where, model in _walk(node, section):
+            if getattr(model, "server", "primary") != "standby":
+                continue
+            if sc.database.replica is None:
+                problems.append(
+                    f"{where}.server: 'standby' needs a replica (declare database.replica)"
+                )
+            elif where.startswith(("preparation.construction", "preparation.preconditions")):
+                problems.append(
+                    f"{where}.server: the standby is made after construction and preconditions; "
+                    "act on it from preparation.activation or an event"
+                )
+    return problems
+
+
 def scenario_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
     """Every cross-reference and SQL problem of ``sc`` against its (extended) library."""
     return [
         *_library_problems(sc, lib),
         *_check_problems(sc),
+        *check_placement_problems(sc),
         *_reference_problems(sc),
+        *_replica_problems(sc),
         *_sql_problems(sc, lib),
     ]

@@ -49,10 +49,51 @@ class _Workload(StrictModel):
         description="what the client calls itself (default: <name>-service, "
         "<name>-reports for OLAP, <name>-worker for background noise)",
     )
+    server: Literal["primary", "standby"] = Field(
+        default="primary", description="standby: the workload reads from the replica"
+    )
 
     @property
     def app_name(self) -> str:
         return self.application_name or f"{self.name.replace('_', '-')}-{self.client_suffix}"
+
+
+class ConnectionLeak(StrictModel):
+    """The application opens connections it never closes, ``per_s`` per scenario second, up to
+    ``max`` (a leak that ramps), each idle or idle in a transaction it never ends."""
+
+    per_s: float = Field(gt=0, le=100)
+    max: int = Field(ge=1, le=1000)
+    state: Literal["idle", "idle_in_transaction"] = "idle"
+    role: str | None = Field(default=None, description="default: the first template's role")
+    start_s: float = Field(default=0.0, ge=0, description="scenario time the leak starts")
+
+
+class ClientBehaviour(StrictModel):
+    """How the application's client behaves when things go wrong: faults that live in the
+    client, so the server and the agent see them only through their effects."""
+
+    attempt_timeout_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="the client gives up on an attempt after this many wall ms (like a "
+        "deadline, it does not scale with --time-scale)",
+    )
+    on_attempt_timeout: Literal["abandon", "cancel"] = Field(
+        default="abandon",
+        description="abandon: drop the connection without a cancel request, so the server "
+        "keeps running the query; cancel: send a cancel request first",
+    )
+    immediate_retries: int = Field(
+        default=0, ge=0, le=50, description="attempts re-issued at once after an attempt timeout"
+    )
+    recycle_after_queries: int | None = Field(
+        default=None,
+        ge=1,
+        description="the pool replaces a connection after it has run this many statements "
+        "(connection churn: every new session pays authentication and per-role settings)",
+    )
+    leak: ConnectionLeak | None = None
 
 
 class OltpWorkload(_Workload):
@@ -74,6 +115,7 @@ class OltpWorkload(_Workload):
     connect_per_unit: bool = Field(
         default=False, description="open a new connection per unit (clients without a pool)"
     )
+    client: ClientBehaviour = Field(default_factory=ClientBehaviour)
 
 
 class OlapJob(StrictModel):
@@ -119,6 +161,26 @@ WorkloadSpec = Annotated[
 ]
 
 
+class ReplicaSpec(StrictModel):
+    """A real streaming standby (the replica profile): the harness makes it with
+    ``pg_basebackup -R`` once the primary is prepared, keeps it in the dirty snapshot, and
+    starts it with the primary on every run, on its own port. Parts, checks, workloads and the
+    agent's tools reach it with ``server: standby``."""
+
+    application_name: str = Field(
+        default="standby1", pattern=r"^[a-z0-9_]+$", description="its name in pg_stat_replication"
+    )
+    settings: dict[str, str] = Field(
+        default_factory=dict, description="the standby's own postgresql.conf additions"
+    )
+    slot: str | None = Field(
+        default=None, pattern=r"^[a-z0-9_]+$", description="a physical replication slot"
+    )
+    synchronous: bool = Field(
+        default=False, description="the primary names it in synchronous_standby_names"
+    )
+
+
 class DatabaseSpec(StrictModel):
     """Which fixture to build and how."""
 
@@ -130,6 +192,9 @@ class DatabaseSpec(StrictModel):
         default=DEFAULT_SCENARIO_DATE,
         description="the scenario's 'today': fixture and construction SQL see it as {date}, so "
         "date-relative objects (partitions, retention) never depend on the machine's date",
+    )
+    replica: ReplicaSpec | None = Field(
+        default=None, description="a streaming standby of the primary (the replica profile)"
     )
     extend: LibraryExtension = Field(
         default_factory=LibraryExtension,

@@ -6,17 +6,24 @@ scenario file that names an unknown part fails at load time with the known alter
 
 from __future__ import annotations
 
+import difflib
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
+from dbaops.engine.metrics_registry import REGISTRY as METRIC_REGISTRY
 from dbaops.workloads.spec import StrictModel
+
+#: Which server a part acts on: the primary, or the replica profile's standby.
+Server = Literal["primary", "standby"]
 
 
 class SqlFault(StrictModel):
     """Run SQL once as a role (e.g. a bad ALTER, a batch update)."""
 
     kind: Literal["sql"] = "sql"
+    server: Server = "primary"
     role: str = "postgres"
     database: str | None = None  # default: the fixture database
     application_name: str = "psql"
@@ -32,6 +39,7 @@ class HoldTransaction(StrictModel):
     """
 
     kind: Literal["hold_transaction"] = "hold_transaction"
+    server: Server = "primary"
     role: str = "postgres"
     database: str | None = None
     application_name: str
@@ -47,6 +55,7 @@ class LoadActor(StrictModel):
     """Background load: ``sessions`` loops running ``statements`` for ``duration_s``."""
 
     kind: Literal["load"] = "load"
+    server: Server = "primary"
     role: str = "postgres"
     database: str | None = None
     application_name: str = "psql"
@@ -61,6 +70,7 @@ class IdleConnections(StrictModel):
     """Open ``count`` idle sessions as a role and keep them (connection pressure)."""
 
     kind: Literal["idle_connections"] = "idle_connections"
+    server: Server = "primary"
     role: str
     database: str | None = None
     application_name: str = "psql"
@@ -75,6 +85,7 @@ class SetSetting(StrictModel):
     """ALTER SYSTEM SET name = value, then reload (or restart when ``restart``)."""
 
     kind: Literal["set_setting"] = "set_setting"
+    server: Server = "primary"
     name: str
     value: str
     restart: bool = False
@@ -84,23 +95,85 @@ class InstanceControl(StrictModel):
     """Stop, start or restart the server (embedded backend only)."""
 
     kind: Literal["instance"] = "instance"
+    server: Server = "primary"
     action: Literal["stop", "start", "restart"]
 
 
+class EditConfig(StrictModel):
+    """Edit a configuration file in the data directory as an operator's hand edit would
+    (embedded backend only): comment out lines matching ``comment_out``, add ``prepend`` lines
+    at the top (``pg_hba.conf`` is first-match) and ``append`` lines at the end, then reload,
+    restart or leave the server alone. The harness connects as ``postgres`` over loopback: an
+    ``pg_hba.conf`` edit should name the roles it means."""
+
+    kind: Literal["edit_config"] = "edit_config"
+    server: Server = "primary"
+    file: Literal["postgresql.conf", "pg_hba.conf"]
+    append: list[str] = Field(default_factory=list)
+    prepend: list[str] = Field(default_factory=list)
+    comment_out: str | None = Field(default=None, description="regex of lines to comment out")
+    then: Literal["reload", "restart", "nothing"] = "reload"
+
+
+class SignalProcess(StrictModel):
+    """Send an OS signal to server processes (embedded backend only): ``KILL`` crashes one (a
+    killed backend or auxiliary process makes the postmaster restart every session), ``STOP``
+    freezes it (it holds its locks and answers no cancel), ``CONT`` resumes it, ``TERM`` ends a
+    backend. Processes are chosen by ``backend_type`` (as in ``pg_stat_activity``) and, for
+    client backends, ``application_name`` and ``role``; ``every`` signals all matches, else
+    the oldest."""
+
+    kind: Literal["signal_process"] = "signal_process"
+    server: Server = "primary"
+    signal: Literal["KILL", "TERM", "STOP", "CONT", "QUIT", "INT"]
+    backend_type: str = "client backend"
+    application_name: str | None = None
+    role: str | None = None
+    every: bool = False
+
+
 FaultSpec = Annotated[
-    SqlFault | HoldTransaction | LoadActor | IdleConnections | SetSetting | InstanceControl,
+    SqlFault
+    | HoldTransaction
+    | LoadActor
+    | IdleConnections
+    | SetSetting
+    | InstanceControl
+    | EditConfig
+    | SignalProcess,
     Field(discriminator="kind"),
 ]
 
 
 # -- checks ------------------------------------------------------------------------------------
+# Every check has a ``name`` (its key in the verdict), a ``description`` and, except the report
+# check, ``by_s`` (terminal checks: must also hold at that scenario time). Checks evaluated by
+# the harness during the run write a CheckRecord; the report check is judged at scoring time.
 Comparison = Literal["==", "!=", ">", ">=", "<", "<="]
+
+
+def _by_s() -> Any:
+    return Field(
+        default=None, ge=0, description="terminal checks: must also hold at this scenario time"
+    )
+
+
+def _valid_regex(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+    return pattern
+
+
+Regex = Annotated[str, AfterValidator(_valid_regex)]
 
 
 class SqlCheck(StrictModel):
     """A SQL query returning one value compared with ``expect`` (default: true)."""
 
     check: Literal["sql"] = "sql"
+    server: Server = "primary"
     name: str
     sql: str
     role: str = "postgres"
@@ -111,43 +184,395 @@ class SqlCheck(StrictModel):
     database: str | None = None
     op: Comparison = "=="
     expect: Any = True
-    by_s: float | None = Field(
-        default=None, ge=0, description="terminal checks: must also hold at this scenario time"
-    )
+    by_s: float | None = _by_s()
     description: str = ""
 
 
-class WorkloadCheck(StrictModel):
+class BaselineWindow(StrictModel):
+    """A scenario-time window before the fault over which a check's statistic is also
+    measured; the check's ``value`` is then a ratio to it (``relative_to: baseline``)."""
+
+    since_s: float
+    until_s: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BaselineWindow:
+        if self.until_s <= self.since_s:
+            raise ValueError(f"until_s ({self.until_s}) must be after since_s ({self.since_s})")
+        return self
+
+
+class _Relative(StrictModel):
+    """A statistic compared with ``value`` directly, or (``relative_to: baseline``) as its
+    ratio to the same statistic over the ``baseline`` window: ``p95_ms <= 2`` then means "at
+    most twice the pre-fault p95". 0 / 0 counts as a ratio of 1, x / 0 as infinite."""
+
+    relative_to: Literal["baseline"] | None = Field(
+        default=None, description="'baseline': value is a ratio to the baseline statistic"
+    )
+    baseline: BaselineWindow | None = Field(
+        default=None,
+        validate_default=True,
+        description="the pre-fault window of the baseline (scenario seconds)",
+    )
+
+    @field_validator("baseline")
+    @classmethod
+    def _baseline_declared(
+        cls, baseline: BaselineWindow | None, info: ValidationInfo
+    ) -> BaselineWindow | None:
+        relative = info.data.get("relative_to")
+        if relative == "baseline" and baseline is None:
+            raise ValueError("relative_to: baseline needs this window {since_s, until_s}")
+        if baseline is not None and relative is None:
+            raise ValueError("a baseline window needs relative_to: baseline")
+        return baseline
+
+
+WorkloadStat = Literal[
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "on_time_ratio",
+    "error_ratio",
+    "drop_ratio",
+    "miss_ratio",
+    "sqlstate_ratio",
+    "count",
+]
+
+
+class WorkloadCheck(_Relative):
     """A statistic of a workload's recent SLO samples compared with a value.
 
     ``stat``: p50_ms, p95_ms, p99_ms (over completed units: on time or late; errors and drops
     are separate statistics), on_time_ratio, error_ratio, drop_ratio, miss_ratio (anything not
-    on time), count. ``over_s``: the trailing scenario-time window the statistic covers.
+    on time), sqlstate_ratio (units whose error SQLSTATE is ``sqlstate``; a two-character
+    ``sqlstate`` is a class, e.g. ``40``), count. ``over_s``: the trailing scenario-time window
+    the statistic covers (units *scheduled* in it).
     """
 
     check: Literal["workload"] = "workload"
     name: str
     workload: str
-    stat: Literal[
-        "p50_ms",
-        "p95_ms",
-        "p99_ms",
-        "on_time_ratio",
-        "error_ratio",
-        "drop_ratio",
-        "miss_ratio",
-        "count",
-    ]
+    stat: WorkloadStat
+    sqlstate: str | None = Field(
+        default=None,
+        validate_default=True,
+        pattern=r"^[0-9A-Z]{2}([0-9A-Z]{3})?$",
+        description="sqlstate_ratio: the SQLSTATE (5 characters) or its class (2 characters)",
+    )
     op: Comparison
     value: float
-    over_s: float = 10.0
-    by_s: float | None = Field(
-        default=None, ge=0, description="terminal checks: must also hold at this scenario time"
-    )
+    over_s: float = Field(default=10.0, gt=0)
+    by_s: float | None = _by_s()
     description: str = ""
 
+    @field_validator("sqlstate")
+    @classmethod
+    def _sqlstate_with_its_stat(cls, sqlstate: str | None, info: ValidationInfo) -> str | None:
+        stat = info.data.get("stat")
+        if stat == "sqlstate_ratio" and sqlstate is None:
+            raise ValueError("stat sqlstate_ratio needs the SQLSTATE to count")
+        if sqlstate is not None and stat is not None and stat != "sqlstate_ratio":
+            raise ValueError(f"only stat sqlstate_ratio uses a SQLSTATE (stat is {stat})")
+        return sqlstate
 
-CheckSpec = Annotated[SqlCheck | WorkloadCheck, Field(discriminator="check")]
+
+#: Node types as ``EXPLAIN (FORMAT JSON)`` names them ("Node Type"). Aggregates are all
+#: "Aggregate" (with a "Strategy"), writes "ModifyTable" (with an "Operation").
+PLAN_NODE_TYPES = frozenset(
+    {
+        "Result", "ProjectSet", "ModifyTable", "Append", "Merge Append", "Recursive Union",
+        "BitmapAnd", "BitmapOr", "Nested Loop", "Merge Join", "Hash Join", "Seq Scan",
+        "Sample Scan", "Gather", "Gather Merge", "Index Scan", "Index Only Scan",
+        "Bitmap Index Scan", "Bitmap Heap Scan", "Tid Scan", "Tid Range Scan", "Subquery Scan",
+        "Function Scan", "Table Function Scan", "Values Scan", "CTE Scan",
+        "Named Tuplestore Scan", "WorkTable Scan", "Foreign Scan", "Custom Scan", "Materialize",
+        "Memoize", "Sort", "Incremental Sort", "Group", "Aggregate", "WindowAgg", "Unique",
+        "SetOp", "LockRows", "Limit", "Hash",
+    }
+)  # fmt: skip
+
+
+def _known_node_types(names: list[str]) -> list[str]:
+    unknown = [n for n in names if n not in PLAN_NODE_TYPES]
+    if unknown:
+        hints = []
+        for n in unknown:
+            close = difflib.get_close_matches(n, sorted(PLAN_NODE_TYPES), n=3, cutoff=0.5)
+            hints.append(f"{n!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        raise ValueError(f"unknown plan node type {'; '.join(hints)}")
+    return names
+
+
+NodeTypes = Annotated[list[str], AfterValidator(_known_node_types)]
+
+
+class PlanCheck(StrictModel):
+    """Predicates over the plan of ``sql`` (``EXPLAIN (FORMAT JSON)``), planned as ``role``.
+
+    ``has_node``: some node is of one of these types (any of); ``lacks_node``: no node is of
+    any of them. With ``relation`` both look only at nodes on that table (unqualified name; a
+    Bitmap Index Scan counts for its heap's table). ``has_index`` / ``lacks_index``: the plan
+    uses one of / none of these index names. ``max_row_misestimate`` (needs ``analyze``): on
+    every executed node (on ``relation`` when given), estimated and actual rows per loop are
+    within this factor of each other. ``analyze`` runs the query, in a transaction that is
+    rolled back. Every predicate given must hold.
+    """
+
+    check: Literal["plan"] = "plan"
+    server: Server = "primary"
+    name: str
+    sql: str = Field(description="the query to explain (no parameters, no EXPLAIN prefix)")
+    role: str = "postgres"
+    login: bool = Field(
+        default=False,
+        description="log in as ``role`` (its per-role settings apply) instead of SET ROLE",
+    )
+    database: str | None = None
+    analyze: bool = Field(default=False, description="EXPLAIN ANALYZE (rolled back)")
+    relation: str | None = Field(default=None, description="restrict node predicates to a table")
+    has_node: NodeTypes = Field(default_factory=list, description="some node is one of these")
+    lacks_node: NodeTypes = Field(default_factory=list, description="no node is any of these")
+    has_index: list[str] = Field(default_factory=list, description="one of these indexes is used")
+    lacks_index: list[str] = Field(default_factory=list, description="none of these is used")
+    max_row_misestimate: float | None = Field(
+        default=None, ge=1, description="bound on max(est/actual, actual/est) rows (ANALYZE)"
+    )
+
+    by_s: float | None = _by_s()
+    description: str = ""
+
+    @field_validator("sql")
+    @classmethod
+    def _no_explain(cls, sql: str) -> str:
+        if sql.lstrip().lower().startswith("explain"):
+            raise ValueError("give the query itself; the check adds EXPLAIN")
+        return sql
+
+    @field_validator("max_row_misestimate")
+    @classmethod
+    def _needs_analyze(cls, bound: float | None, info: ValidationInfo) -> float | None:
+        if bound is not None and info.data.get("analyze") is False:
+            raise ValueError("actual rows need analyze: true")
+        return bound
+
+    @model_validator(mode="after")
+    def _has_a_predicate(self) -> PlanCheck:
+        if not (
+            self.has_node
+            or self.lacks_node
+            or self.has_index
+            or self.lacks_index
+            or self.max_row_misestimate is not None
+        ):
+            raise ValueError(
+                "a plan check needs a predicate: has_node, lacks_node, has_index, lacks_index "
+                "or max_row_misestimate"
+            )
+        return self
+
+
+class ServerLogCheck(StrictModel):
+    """The number of server-log lines matching ``pattern`` (a Python regular expression,
+    searched in the whole line) in a scenario-time window, compared with ``value``.
+
+    The window is the trailing ``over_s``, or ``since_s`` up to ``until_s`` (default: now). It
+    reads the run directory's copy of the log; a line without a timestamp (a continued
+    statement) belongs to the time of the line before it.
+    """
+
+    check: Literal["server_log"] = "server_log"
+    name: str
+    pattern: Regex
+    since_s: float | None = None
+    until_s: float | None = None
+    over_s: float | None = Field(default=None, gt=0)
+    op: Comparison
+    value: int = Field(ge=0)
+    by_s: float | None = _by_s()
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _one_window(self) -> ServerLogCheck:
+        if (self.over_s is None) == (self.since_s is None):
+            raise ValueError("give a window: over_s (trailing) or since_s [until_s], not both")
+        if self.until_s is not None:
+            if self.since_s is None:
+                raise ValueError("until_s: needs since_s (over_s always ends now)")
+            if self.until_s <= self.since_s:
+                raise ValueError(f"until_s ({self.until_s}) must be after since_s")
+        return self
+
+
+MetricStat = Literal["increase", "rate_per_s", "rate_per_min", "mean", "min", "max", "last"]
+_COUNTING_STATS = ("increase", "rate_per_s", "rate_per_min")
+
+
+class MetricCheck(_Relative):
+    """A statistic of a sampled metric (the run's metric samples, ``dbaops.engine.metrics``)
+    over the trailing ``over_s``, compared with ``value``.
+
+    ``metric``: a registered metric name (``db.temp_bytes``); ``label``: one series
+    (``table=public.orders``; default: the sum over all series of the metric). Counters and
+    deltas take ``increase`` (over the increments between samples that end in the window),
+    ``rate_per_s`` or ``rate_per_min``; gauges ``mean``, ``min``, ``max`` or ``last``.
+    """
+
+    check: Literal["metric"] = "metric"
+    name: str
+    metric: str
+    label: str | None = None
+    stat: MetricStat
+    op: Comparison
+    value: float
+    over_s: float = Field(default=60.0, gt=0)
+    by_s: float | None = _by_s()
+    description: str = ""
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, metric: str) -> str:
+        if metric not in METRIC_REGISTRY:
+            close = difflib.get_close_matches(metric, sorted(METRIC_REGISTRY), n=4)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise ValueError(f"unknown metric {metric!r}{hint}")
+        return metric
+
+    @field_validator("label")
+    @classmethod
+    def _label_of_metric(cls, label: str | None, info: ValidationInfo) -> str | None:
+        spec = METRIC_REGISTRY.get(info.data.get("metric", ""))
+        if label is None or spec is None:
+            return label
+        keys = [k for k in spec.label.split(",") if k]
+        if not keys:
+            raise ValueError(f"{spec.name} has no labels")
+        if not any(label.startswith(f"{k}=") for k in keys):
+            raise ValueError(f"{spec.name} labels look like {keys[0]}=..., not {label!r}")
+        return label
+
+    @field_validator("stat")
+    @classmethod
+    def _stat_of_kind(cls, stat: str, info: ValidationInfo) -> str:
+        spec = METRIC_REGISTRY.get(info.data.get("metric", ""))
+        if spec is None:
+            return stat
+        counting = spec.kind in ("counter", "delta")
+        if counting != (stat in _COUNTING_STATS):
+            fits = _COUNTING_STATS if counting else ("mean", "min", "max", "last")
+            raise ValueError(f"{spec.name} is a {spec.kind}; its statistics are {', '.join(fits)}")
+        return stat
+
+
+class ReportCheck(StrictModel):
+    """A predicate over a field of the agent's structured report (``submit_report``).
+
+    Judged at scoring time from the recorded reports, so it belongs in ``evaluation.terminal``
+    only; a run without a (matching) report fails it. ``field`` is a key of the report, dotted
+    for nested objects. ``task_id`` restricts to the reports for one task; ``reports``: judge
+    the ``last`` of them (default) or pass if ``any`` does.
+
+    Predicates (every one given must hold): ``contains_all`` / ``contains_any`` /
+    ``contains_none``: items of a list field (compared as case-folded text), or whole words of
+    a text field; ``matches``: a regular expression searched in the field's text; ``op`` with
+    ``value``: the field as a number.
+    """
+
+    check: Literal["report"] = "report"
+    name: str
+    field: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+    task_id: str | None = None
+    reports: Literal["last", "any"] = "last"
+    contains_all: list[str | int | float] | None = None
+    contains_any: list[str | int | float] | None = None
+    contains_none: list[str | int | float] | None = None
+    matches: Regex | None = None
+    op: Comparison | None = None
+    value: float | None = None
+    description: str = ""
+
+    @property
+    def by_s(self) -> None:
+        """Report checks have no live deadline: they are judged once, at scoring."""
+        return None
+
+    @model_validator(mode="after")
+    def _has_a_predicate(self) -> ReportCheck:
+        if (self.op is None) != (self.value is None):
+            raise ValueError("op and value: a numeric predicate needs both")
+        if all(
+            x is None
+            for x in (
+                self.contains_all,
+                self.contains_any,
+                self.contains_none,
+                self.matches,
+                self.op,
+            )
+        ):
+            raise ValueError(
+                "a report check needs a predicate: contains_all, contains_any, contains_none, "
+                "matches or op/value"
+            )
+        return self
+
+
+#: Checks the harness evaluates during the run (preconditions, manifestation, alert ``when``,
+#: terminal, integrity).
+LiveCheckSpec = Annotated[
+    SqlCheck | WorkloadCheck | PlanCheck | ServerLogCheck | MetricCheck,
+    Field(discriminator="check"),
+]
+#: Every check; the report check is judged at scoring time (evaluation.terminal only).
+CheckSpec = Annotated[
+    SqlCheck | WorkloadCheck | PlanCheck | ServerLogCheck | MetricCheck | ReportCheck,
+    Field(discriminator="check"),
+]
+
+
+def check_placement_problems(scenario: Any) -> list[str]:
+    """Where checks stand in a scenario that their parts alone cannot validate: report checks
+    only in ``evaluation.terminal``; a baseline window only in a persistent scenario, ending
+    at or before the first event that injects a fault (a bounded scenario's faults are in its
+    snapshot or activated before the warm-up: it has no pre-fault window)."""
+    sections: list[tuple[str, Any]] = [
+        *((f"preparation.preconditions[{i}]", c) for i, c in
+          enumerate(scenario.preparation.preconditions)),
+        *((f"preparation.manifestation[{i}]", c) for i, c in
+          enumerate(scenario.preparation.manifestation)),
+        *((f"events[{i}].alert.when", e.alert.when) for i, e in enumerate(scenario.events)
+          if e.alert is not None and e.alert.when is not None),
+        *((f"evaluation.terminal[{i}]", c) for i, c in enumerate(scenario.evaluation.terminal)),
+        *((f"evaluation.integrity[{i}]", c) for i, c in
+          enumerate(scenario.evaluation.integrity)),
+    ]  # fmt: skip
+    fault_times = [e.at for e in scenario.events if e.fault is not None]
+    first_fault = min(fault_times) if fault_times else None
+    problems: list[str] = []
+    for where, c in sections:
+        if isinstance(c, ReportCheck) and not where.startswith("evaluation.terminal"):
+            problems.append(
+                f"{where}: a report check is judged at scoring from the agent's report; only "
+                "evaluation.terminal may hold it"
+            )
+        baseline = getattr(c, "baseline", None)
+        if baseline is None:
+            continue
+        if scenario.mode != "persistent":
+            problems.append(
+                f"{where}.baseline: a bounded scenario has no pre-fault window (its fault is "
+                "in place before t = 0)"
+            )
+        elif first_fault is None:
+            problems.append(f"{where}.baseline: no event injects a fault to measure before")
+        elif baseline.until_s > first_fault:
+            problems.append(
+                f"{where}.baseline: the window ends at {baseline.until_s} s, after the first "
+                f"fault (t = {first_fault} s)"
+            )
+    return problems
 
 
 def compare(observed: Any, op: Comparison, expected: Any) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
@@ -17,7 +18,7 @@ from dbaops.clock import ScenarioClock
 from dbaops.engine.actors import InstanceController
 from dbaops.mailbox import Mailbox
 from dbaops.rundir import RunDir, read_metrics, read_samples
-from dbaops.tools.base import Tool
+from dbaops.tools.base import Tool, ToolResult
 from dbaops.tools.instance import instance_tool
 from dbaops.tools.knowledge import knowledge_tool
 from dbaops.tools.logs import log_tool
@@ -41,6 +42,47 @@ AGENT_TOOLS = (
 
 
 @dataclass
+class StandbyToolEnvironment:
+    """The replica profile's standby, as the agent's tools reach it (``server: standby``)."""
+
+    endpoint: Endpoint
+    instance: InstanceController | None
+    sql: SqlSession
+
+
+def on_either_server(primary: Tool, standby: Tool) -> Tool:
+    """One tool for both servers: an optional ``server`` argument (``primary`` by default)
+    sends the call to the standby's tool."""
+    params = dict(primary.spec.parameters)
+    params["properties"] = {
+        **params.get("properties", {}),
+        "server": {
+            "type": "string",
+            "enum": ["primary", "standby"],
+            "description": "which server (default primary; the standby is a streaming replica)",
+        },
+    }
+    spec = primary.spec.model_copy(
+        update={
+            "parameters": params,
+            "description": primary.spec.description
+            + " This deployment has a primary and a streaming standby: give server='standby' "
+            "to act on the standby.",
+        }
+    )
+
+    async def handler(args: dict[str, Any]) -> ToolResult:
+        server = args.get("server", "primary")
+        if server not in ("primary", "standby"):
+            msg = f"unknown server {server!r} (primary or standby)"
+            return ToolResult(ok=False, error=msg, observation=f"error: {msg}")
+        rest = {k: v for k, v in args.items() if k != "server"}
+        return await (standby if server == "standby" else primary).handler(rest)
+
+    return Tool(spec=spec, handler=handler)
+
+
+@dataclass
 class PostgresToolEnvironment:
     """Everything the PostgreSQL tools act on during one run."""
 
@@ -51,19 +93,26 @@ class PostgresToolEnvironment:
     mailbox: Mailbox
     sql: SqlSession
     metrics_frame: Callable[[], pl.DataFrame] | None = None
+    standby: StandbyToolEnvironment | None = None
 
 
 def build_tool_catalog(env: PostgresToolEnvironment, recorder: ToolRecorder) -> dict[str, Tool]:
     """All tools, each wrapped so that its calls are recorded in the trace."""
     rd = env.run_dir
+    sql = sql_tool(env.sql)
+    instance = instance_tool(env.endpoint, env.instance, env.sql.role)
+    if env.standby is not None:
+        sb = env.standby
+        sql = on_either_server(sql, sql_tool(sb.sql))
+        instance = on_either_server(instance, instance_tool(sb.endpoint, sb.instance, sb.sql.role))
     tools: list[Tool] = [
-        sql_tool(env.sql),
+        sql,
         metrics_tool(
             env.metrics_frame or (lambda: read_metrics(rd.path)),
             lambda: read_samples(rd.path),
             env.clock,
         ),
-        instance_tool(env.endpoint, env.instance, env.sql.role),
+        instance,
         log_tool(rd.path, rd.server_log, env.clock),
         knowledge_tool(),
         *mailbox_tools(env.mailbox),

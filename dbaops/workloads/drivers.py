@@ -21,7 +21,13 @@ import structlog
 
 from dbaops.backends.endpoint import Endpoint
 from dbaops.clock import ScenarioClock
-from dbaops.scenario.model import BackgroundWorkload, OlapJob, OlapWorkload, OltpWorkload
+from dbaops.scenario.model import (
+    BackgroundWorkload,
+    ConnectionLeak,
+    OlapJob,
+    OlapWorkload,
+    OltpWorkload,
+)
 from dbaops.workloads.samples import Outcome
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import (
@@ -53,10 +59,11 @@ def result_hash(rows: Sequence[Any]) -> str:
 class _Pools:
     """One asyncpg pool per role, created lazily."""
 
-    def __init__(self, endpoint: Endpoint, app: str, size: int) -> None:
+    def __init__(self, endpoint: Endpoint, app: str, size: int, max_queries: int = 50000) -> None:
         self._endpoint = endpoint
         self._app = app
         self._size = size
+        self._max_queries = max_queries
         self._pools: dict[str, asyncpg.Pool] = {}
         self._lock = anyio.Lock()
 
@@ -66,7 +73,9 @@ class _Pools:
             async with self._lock:
                 pool = self._pools.get(role)
                 if pool is None:
-                    pool = await self._endpoint.pool(role, self._app, self._size)
+                    pool = await self._endpoint.pool(
+                        role, self._app, self._size, max_queries=self._max_queries
+                    )
                     self._pools[role] = pool
         return pool
 
@@ -121,6 +130,10 @@ async def _run_transaction(
         await body()
 
 
+class AttemptTimeout(Exception):
+    """The client's attempt timeout fired (see :class:`ClientBehaviour`)."""
+
+
 SpecT = TypeVar("SpecT", OltpWorkload, BackgroundWorkload)
 
 
@@ -168,9 +181,12 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
         seed: int,
     ) -> None:
         super().__init__(spec, library, params, endpoint, clock, sink, seed)
-        self.pools = _Pools(endpoint, spec.app_name, spec.connections)
+        self.pools = _Pools(
+            endpoint, spec.app_name, spec.connections, spec.client.recycle_after_queries or 50000
+        )
         self.inflight = 0
         self.rate_factor = 1.0
+        self.leaked: list[asyncpg.Connection] = []
 
     @asynccontextmanager
     async def _connection(self, role: str, timeout_s: float) -> AsyncIterator[asyncpg.Connection]:
@@ -197,6 +213,8 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
         clock = self.clock
         try:
             async with anyio.create_task_group() as tg:
+                if spec.client.leak is not None:
+                    tg.start_soon(self._leak, spec.client.leak)
                 if spec.start_s is not None:
                     await clock.sleep_until(spec.start_s)
                 next_mono = clock.mono()
@@ -229,6 +247,66 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                     tg.start_soon(self._unit, name, next_mono)
         finally:
             await self.pools.close()
+            for conn in self.leaked:
+                conn.terminate()
+
+    async def _leak(self, leak: ConnectionLeak) -> None:
+        """Open connections and never close them, at the leak's rate, up to its maximum."""
+        role = leak.role or self.library.transactions[self.mix.names[0]].role
+        await self.clock.sleep_until(leak.start_s)
+        while len(self.leaked) < leak.max:
+            try:
+                conn = await self.endpoint.connect(role, self.spec.app_name)
+                if leak.state == "idle_in_transaction":
+                    await conn.execute("BEGIN; SELECT 1")
+                self.leaked.append(conn)
+            except (asyncpg.PostgresError, *_CONNECTION_ERRORS) as exc:
+                log.debug("leak_connect_failed", workload=self.spec.name, error=str(exc)[:200])
+            await self.clock.sleep(1.0 / leak.per_s)
+
+    async def _attempt(
+        self,
+        conn: asyncpg.Connection,
+        template: TransactionTemplate,
+        drawn: list[list[Any]],
+        give_up: float,
+    ) -> None:
+        """One attempt of a unit under the client's behaviour: with an attempt timeout, the
+        client either abandons the attempt (drops the connection without a cancel request, so
+        the server keeps running the query) or cancels it, and raises :class:`AttemptTimeout`."""
+        client = self.spec.client
+        if client.attempt_timeout_ms is None:
+            await _run_transaction(conn, template, drawn, give_up, self.clock)
+            return
+        cutoff = min(give_up, self.clock.mono() + client.attempt_timeout_ms / 1000.0)
+        if client.on_attempt_timeout == "cancel":
+            try:
+                await _run_transaction(conn, template, drawn, cutoff, self.clock)
+            except TimeoutError:
+                raise AttemptTimeout from None
+            return
+        abandoned = False
+
+        async def abandon_at_cutoff() -> None:
+            nonlocal abandoned
+            await anyio.sleep(max(cutoff - self.clock.mono(), 0.0))
+            abandoned = True
+            conn.terminate()
+
+        failure: BaseException | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(abandon_at_cutoff)
+            try:
+                await _run_transaction(conn, template, drawn, give_up, self.clock)
+            # raised below, outside the task group, not as an exception group
+            except (asyncpg.PostgresConnectionError, *_CONNECTION_ERRORS) as exc:
+                failure = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if failure is not None:
+            if abandoned:
+                raise AttemptTimeout from None
+            raise failure
 
     async def _unit(self, name: str, scheduled: float) -> None:
         spec = self.spec
@@ -238,6 +316,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
         deadline = scheduled + spec.deadline_ms / 1000.0
         give_up = scheduled + (spec.timeout_ms or 4 * spec.deadline_ms) / 1000.0
         retries = 0
+        attempts_left = spec.client.immediate_retries
         start: float | None = None
         sqlstate: str | None = None
         error: str | None = None
@@ -256,8 +335,15 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                     async with self._connection(template.role, remaining) as conn:
                         if start is None:
                             start = clock.mono()
-                        await _run_transaction(conn, template, drawn, give_up, clock)
+                        await self._attempt(conn, template, drawn, give_up)
                     ok = True
+                    break
+                except AttemptTimeout:
+                    error = "client_attempt_timeout"
+                    if attempts_left > 0:
+                        attempts_left -= 1
+                        retries += 1
+                        continue  # at once: the abandoned query may still run on the server
                     break
                 except asyncpg.PostgresError as exc:
                     sqlstate = exc.sqlstate

@@ -8,7 +8,7 @@ from collections import deque
 import anyio
 import polars as pl
 
-from dbaops.rundir import ParquetParts
+from dbaops.rundir import ParquetParts, read_parts
 from dbaops.workloads.samples import SAMPLE_SCHEMA, Outcome
 
 _COLUMNS = list(SAMPLE_SCHEMA)
@@ -97,6 +97,23 @@ class SampleSink:
                                  None, "in flight past its deadline", None))  # fmt: skip
         return pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")
 
+    def scheduled_between(self, since_s: float, until_s: float) -> pl.DataFrame:
+        """Finished samples scheduled in ``[since_s, until_s)``, however long ago: from the
+        recorded parts plus rows not yet flushed (without parts, the in-memory window only).
+        For baselines measured over an earlier part of the run."""
+        if self._parts is None:
+            rows = list(self._recent)
+            recorded = pl.DataFrame(schema=SAMPLE_SCHEMA)
+        else:
+            rows = list(self._pending)
+            recorded = read_parts(self._parts.directory, self._parts.final, SAMPLE_SCHEMA)
+        frame = pl.concat(
+            [recorded.select(_COLUMNS).cast(SAMPLE_SCHEMA),  # type: ignore[arg-type]
+             pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")],
+            how="vertical",
+        )  # fmt: skip
+        return frame.filter(pl.col("scheduled_s").is_between(since_s, until_s, closed="left"))
+
     def flush(self) -> int:
         rows, self._pending = self._pending, []
         if rows and self._parts is not None:
@@ -113,8 +130,11 @@ class SampleSink:
             self.flush()
 
 
-def workload_stat(frame: pl.DataFrame, stat: str) -> float | None:
-    """A summary statistic of samples (for workload checks and the live view)."""
+def workload_stat(frame: pl.DataFrame, stat: str, sqlstate: str | None = None) -> float | None:
+    """A summary statistic of samples (for workload checks and the live view).
+
+    ``sqlstate_ratio`` is the share of units whose error SQLSTATE starts with ``sqlstate`` (a
+    full code, or a two-character class such as ``40``)."""
     if frame.height == 0:
         return 0.0 if stat == "count" else None
     if stat == "count":
@@ -137,4 +157,9 @@ def workload_stat(frame: pl.DataFrame, stat: str) -> float | None:
         return float((outcomes == "error").mean())  # type: ignore[arg-type]
     if stat == "miss_ratio":
         return float((outcomes != "on_time").mean())  # type: ignore[arg-type]
+    if stat == "sqlstate_ratio":
+        if not sqlstate:
+            raise ValueError("sqlstate_ratio needs the SQLSTATE to count")
+        matched = frame["sqlstate"].fill_null("").str.starts_with(sqlstate)
+        return float(matched.mean())  # type: ignore[arg-type]
     raise ValueError(f"unknown workload statistic {stat!r}")

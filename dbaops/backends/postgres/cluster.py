@@ -10,8 +10,10 @@ import fcntl
 import hashlib
 import hmac
 import os
+import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -124,6 +126,10 @@ class PostgresCluster:
         self.os_user = os_user
         self.port = free_port()
         self.host = "127.0.0.1"
+        self.standby: PostgresCluster | None = None
+        standby_root = root / "standby"
+        if (standby_root / "data" / "PG_VERSION").exists():
+            self.standby = PostgresCluster(standby_root, binaries, os_user)
 
     # -- layout ---------------------------------------------------------------------------
     @property
@@ -284,6 +290,90 @@ class PostgresCluster:
         await self.stop()
         await self.start()
 
+    # -- a streaming standby -----------------------------------------------------------------
+    async def create_standby(
+        self, application_name: str, settings: dict[str, str], slot: str | None = None
+    ) -> PostgresCluster:
+        """A hot standby of this (running) server, made with ``pg_basebackup -R`` into
+        ``<root>/standby`` with its own port, socket directory and log, and started."""
+        if self.standby is not None:
+            await self.standby.stop(mode="immediate")
+        root = self.root / "standby"
+        if root.exists():
+            shutil.rmtree(root)
+        for d in (root, root / "sock"):
+            d.mkdir(parents=True, exist_ok=True)
+        if self.os_user:
+            chown_tree(root, self.os_user)
+        args = [
+            self.binaries.tool("pg_basebackup"),
+            "-D", str(root / "data"),
+            "-d", f"host={self.host} port={self.port} user=postgres "
+                  f"application_name={application_name}",
+            "-R", "-X", "stream", "--no-sync",
+        ]  # fmt: skip
+        if slot is not None:
+            args += ["-S", slot, "-C"]
+        await self._run(*args)
+        standby = PostgresCluster(root, self.binaries, self.os_user)
+        conf = {"unix_socket_directories": f"'{standby.socket_dir}'", **settings}
+        with (standby.datadir / "postgresql.conf").open("a") as fh:
+            fh.write("\n# --- dbaops standby settings ---\n")
+            fh.write("".join(f"{k} = {v}\n" for k, v in conf.items()))
+        self.standby = standby
+        await standby.start()
+        return standby
+
+    def _point_standby_here(self) -> None:
+        """The standby's ``primary_conninfo`` names the primary's port of the run that made it;
+        a later run's primary may listen elsewhere."""
+        assert self.standby is not None
+        auto = self.standby.datadir / "postgresql.auto.conf"
+        text = re.sub(r"(primary_conninfo = '[^\n]*?)port=\d+", rf"\g<1>port={self.port}",
+                      auto.read_text())  # fmt: skip
+        auto.write_text(text)
+
+    async def drop_standby(self) -> None:
+        if self.standby is not None:
+            await self.standby.stop(mode="immediate")
+            shutil.rmtree(self.standby.root, ignore_errors=True)
+            self.standby = None
+
+    # -- the server's machine (OS-level faults; harness only) -------------------------------
+    def edit_config(
+        self, file: str, prepend: list[str], append: list[str], comment_out: str | None
+    ) -> None:
+        """Hand-edit ``postgresql.conf`` or ``pg_hba.conf`` in the data directory (the file
+        keeps its owner and mode; the snapshot carries the edit)."""
+        if file not in ("postgresql.conf", "pg_hba.conf"):
+            raise ClusterError(f"edit_config: {file!r} is not a server configuration file")
+        path = self.datadir / file
+        lines = path.read_text().splitlines()
+        if comment_out is not None:
+            rx = re.compile(comment_out)
+            lines = [f"#{ln}" if rx.search(ln) and not ln.lstrip().startswith("#") else ln
+                     for ln in lines]  # fmt: skip
+        marker = "# --- edited by hand ---"
+        head = [marker, *prepend] if prepend else []
+        tail = [marker, *append] if append else []
+        path.write_text("\n".join([*head, *lines, *tail]) + "\n")
+
+    def signal(self, pid: int, signal_name: str) -> None:
+        """Send SIG<signal_name> to one of this server's processes."""
+        if not self._is_server_process(pid):
+            raise ClusterError(f"pid {pid} is not a process of this server")
+        os.kill(pid, getattr(signal, f"SIG{signal_name}"))
+
+    def _is_server_process(self, pid: int) -> bool:
+        pidfile = self.datadir / "postmaster.pid"
+        try:
+            postmaster = int(pidfile.read_text().split()[0])
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except (OSError, ValueError, IndexError):
+            return False
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        return pid == postmaster or parent == postmaster
+
     async def connect(
         self, user: str = "postgres", database: str = "postgres", application_name: str = "dbaops"
     ) -> asyncpg.Connection:
@@ -327,17 +417,26 @@ class PostgresCluster:
         return (self.snapshot_root / name / ".complete").exists()
 
     async def capture_snapshot(self, name: str) -> float:
-        """Stop the server, copy the data directory to snapshot ``name``, start again."""
+        """Stop the server (and its standby), copy the data directories to snapshot ``name``,
+        start again. The primary stops first, so its shutdown checkpoint reaches the standby."""
         t0 = time.monotonic()
         await self.stop()
+        if self.standby is not None:
+            await self.standby.stop()
         self._seal_snapshots()
         target = self.snapshot_root / name
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
         await self._run("cp", "-a", str(self.datadir), str(target / "data"), as_service=False)
+        if self.standby is not None:
+            await self._run(
+                "cp", "-a", str(self.standby.datadir), str(target / "standby"), as_service=False
+            )
         (target / ".complete").touch()
         await self.start()
+        if self.standby is not None:
+            await self.standby.start()
         return time.monotonic() - t0
 
     async def restore_snapshot(self, name: str) -> float:
@@ -346,6 +445,8 @@ class PostgresCluster:
             raise ClusterError(f"no snapshot {name!r} in {self.snapshot_root}")
         t0 = time.monotonic()
         await self.stop(mode="immediate")
+        if self.standby is not None:
+            await self.standby.stop(mode="immediate")
         if self.datadir.exists():
             shutil.rmtree(self.datadir)
         # WAL segment names repeat after a restore; archived segments of an earlier run would
@@ -356,7 +457,22 @@ class PostgresCluster:
         await self._run(
             "cp", "-a", str(self.snapshot_root / name / "data"), str(self.datadir), as_service=False
         )
+        standby_copy = self.snapshot_root / name / "standby"
+        if self.standby is not None and not standby_copy.exists():
+            await self.drop_standby()  # a snapshot without a standby: none in this run
         await self.start()
+        if standby_copy.exists():
+            if self.standby is None:
+                self.standby = PostgresCluster(self.root / "standby", self.binaries, self.os_user)
+            standby = self.standby
+            if standby.datadir.exists():
+                shutil.rmtree(standby.datadir)
+            standby.socket_dir.mkdir(parents=True, exist_ok=True)
+            await self._run("cp", "-a", str(standby_copy), str(standby.datadir), as_service=False)
+            if self.os_user:
+                chown_tree(standby.root, self.os_user)
+            self._point_standby_here()
+            await standby.start()
         return time.monotonic() - t0
 
     def drop_snapshot(self, name: str) -> None:

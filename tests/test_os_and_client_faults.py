@@ -1,0 +1,303 @@
+"""OS-level faults on the embedded server and client behaviours of a workload, on real servers."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import asyncpg
+import polars as pl
+import pytest
+
+from dbaops.backends.endpoint import Endpoint
+from dbaops.backends.postgres.cluster import PostgresCluster
+from dbaops.clock import ScenarioClock
+from dbaops.engine.actors import ActorContext, FaultError, run_fault
+from dbaops.evaluation.score import server_crashed
+from dbaops.records import ActorRecord, Record
+from dbaops.scenario.loader import ScenarioError, load_scenario
+from dbaops.scenario.model import OltpWorkload
+from dbaops.scenario.parts import EditConfig, SignalProcess
+from dbaops.workloads.drivers import OltpDriver
+from dbaops.workloads.sink import SampleSink
+from dbaops.workloads.spec import WorkloadLibrary
+
+pytestmark = pytest.mark.anyio
+
+
+class Records:
+    def __init__(self) -> None:
+        self.items: list[Record] = []
+
+    def write(self, record: Record) -> None:
+        self.items.append(record)
+
+
+@pytest.fixture
+async def own_cluster() -> AsyncIterator[PostgresCluster]:
+    """A cluster of its own: these faults edit its files and crash it."""
+    cluster = await PostgresCluster.open("os-faults")
+    await cluster.start()
+    try:
+        admin = await cluster.connect()
+        try:
+            for role in ("app_rw", "batch"):
+                await admin.execute(f"DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN")
+        finally:
+            await admin.close()
+        yield cluster
+    finally:
+        await cluster.stop(mode="immediate")
+        shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def _context(cluster: PostgresCluster, trace: Records) -> ActorContext:
+    endpoint = Endpoint(host=cluster.host, port=cluster.port, database="postgres")
+    return ActorContext(
+        endpoint=endpoint,
+        clock=ScenarioClock(),
+        trace=trace,
+        instance=cluster,
+        host=cluster,
+        label="t",
+    )
+
+
+async def _setting(cluster: PostgresCluster, name: str) -> tuple[str, str | None]:
+    conn = await cluster.connect()
+    try:
+        row = await conn.fetchrow(
+            "SELECT setting || coalesce(unit, ''), sourcefile FROM pg_settings WHERE name = $1",
+            name,
+        )
+        assert row is not None
+        return str(row[0]), row[1]
+    finally:
+        await conn.close()
+
+
+async def test_a_hand_edit_of_postgresql_conf_takes_effect_on_reload(
+    own_cluster: PostgresCluster,
+) -> None:
+    trace = Records()
+    await run_fault(
+        EditConfig(file="postgresql.conf", append=["work_mem = '64kB'"]),
+        _context(own_cluster, trace),
+    )
+    value, source = await _setting(own_cluster, "work_mem")
+    assert value == "64kB" and source is not None and source.endswith("/postgresql.conf")
+    # Commenting the line out and reloading restores the default.
+    await run_fault(
+        EditConfig(file="postgresql.conf", comment_out=r"^work_mem = '64kB'"),
+        _context(own_cluster, trace),
+    )
+    assert (await _setting(own_cluster, "work_mem"))[0] == "4096kB"
+
+
+async def test_a_pg_hba_rule_on_top_rejects_a_role_and_spares_the_harness(
+    own_cluster: PostgresCluster,
+) -> None:
+    await run_fault(
+        EditConfig(file="pg_hba.conf", prepend=["host all app_rw 127.0.0.1/32 reject"]),
+        _context(own_cluster, Records()),
+    )
+    with pytest.raises(asyncpg.InvalidAuthorizationSpecificationError, match="rejects"):
+        await own_cluster.connect(user="app_rw")
+    conn = await own_cluster.connect(user="batch")  # other roles and the harness still connect
+    await conn.close()
+
+
+async def test_killing_a_backend_crashes_the_server_and_the_crash_is_not_the_agents(
+    own_cluster: PostgresCluster,
+) -> None:
+    victim = await own_cluster.connect(user="batch", application_name="victim")
+    trace = Records()
+    await run_fault(
+        SignalProcess(signal="KILL", application_name="victim"), _context(own_cluster, trace)
+    )
+    signalled = [r for r in trace.items if isinstance(r, ActorRecord)]
+    assert [r.status for r in signalled] == ["signalled"]
+    assert signalled[0].pids == [victim.get_server_pid()]
+    with anyio.fail_after(60):  # the postmaster restarts every session, then accepts again
+        while True:
+            try:
+                conn = await own_cluster.connect()
+                break
+            except (OSError, asyncpg.PostgresError):
+                await anyio.sleep(0.2)
+    await conn.close()
+    victim.terminate()
+    pid = signalled[0].pids[0]
+    line = f"LOG:  server process (PID {pid}) was terminated by signal 9: Killed"
+    assert server_crashed(trace.items, [line]) == (False, None)
+    other = "LOG:  server process (PID 1) was terminated by signal 11: Segmentation fault"
+    assert server_crashed(trace.items, [line, other])[0] is True
+
+
+async def test_a_signal_that_matches_no_process_is_a_fault_error(
+    own_cluster: PostgresCluster,
+) -> None:
+    with pytest.raises(FaultError, match="no 'client backend' process matches"):
+        await run_fault(
+            SignalProcess(signal="STOP", application_name="nobody"),
+            _context(own_cluster, Records()),
+        )
+
+
+async def test_os_faults_need_the_servers_machine(own_cluster: PostgresCluster) -> None:
+    ctx = _context(own_cluster, Records())
+    ctx.host = None  # an external server (--dsn): no files, no processes
+    with pytest.raises(FaultError, match="needs the server's machine"):
+        await run_fault(EditConfig(file="postgresql.conf", append=["x = 1"]), ctx)
+
+
+def test_malformed_os_faults_and_client_behaviours_are_refused_at_load(tmp_path: Path) -> None:
+    base = (Path(__file__).parent / "scenarios" / "t-snapshot.yaml").read_text()
+    cases = {
+        "kind: edit_config, file: pg_ident.conf": "file: Input should be 'postgresql.conf'",
+        "kind: signal_process, signal: HUP": "signal: Input should be 'KILL'",
+    }
+    for fault, expected in cases.items():
+        path = tmp_path / "s.yaml"
+        path.write_text(
+            base.replace("preparation:", f"preparation:\n  activation:\n    - {{{fault}}}", 1)
+        )
+        with pytest.raises(ScenarioError) as info:
+            load_scenario(path)
+        assert expected in str(info.value), str(info.value)
+
+
+LIBRARY = WorkloadLibrary.model_validate(
+    {
+        "id": "t",
+        "database": "postgres",
+        "schema": "",
+        "roles": [{"name": "app_rw"}],
+        "transactions": {
+            "slow": {"role": "app_rw", "statements": [{"sql": "SELECT pg_sleep(30)"}]}
+        },
+    }
+)
+
+
+async def _drive(pg_cluster: PostgresCluster, client: dict[str, object], app: str) -> pl.DataFrame:
+    admin = await pg_cluster.connect()
+    try:
+        await admin.execute("DO $$BEGIN CREATE ROLE app_rw LOGIN; EXCEPTION WHEN OTHERS THEN END$$")
+    finally:
+        await admin.close()
+    spec = OltpWorkload.model_validate(
+        {
+            "name": "w",
+            "application_name": app,
+            "mix": {"slow": 1},
+            "rate_per_s": 4,
+            "arrival": "fixed",
+            "deadline_ms": 100,
+            "timeout_ms": 2000,
+            "connections": 2,
+            "stop_s": 1.0,
+            "client": client,
+        }
+    )
+    endpoint = Endpoint(host=pg_cluster.host, port=pg_cluster.port, database="postgres")
+    clock = ScenarioClock()
+    sink = SampleSink(None, recent_s=3600.0)
+    driver = OltpDriver(spec, LIBRARY, {}, endpoint, clock, sink, seed=1)
+    clock.restart(0.0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sink.run_flusher)
+        await driver.run()
+        tg.cancel_scope.cancel()
+    return sink.recent(float("-inf"))
+
+
+async def _running(pg_cluster: PostgresCluster, app: str) -> int:
+    conn = await pg_cluster.connect()
+    try:
+        return int(
+            await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 "
+                "AND state = 'active' AND query LIKE '%pg_sleep%'",
+                app,
+            )
+        )
+    finally:
+        await conn.close()
+
+
+async def test_a_client_that_abandons_slow_attempts_retries_at_once_and_leaves_queries_running(
+    pg_cluster: PostgresCluster,
+) -> None:
+    app = "abandoning-client"
+    frame = await _drive(
+        pg_cluster,
+        {"attempt_timeout_ms": 150, "on_attempt_timeout": "abandon", "immediate_retries": 2},
+        app,
+    )
+    assert frame.height >= 3  # arrivals at 0.25, 0.5 and 0.75 s
+    assert set(frame["error"].to_list()) == {"client_attempt_timeout"}
+    assert set(frame["retries"].to_list()) == {2}
+    # The server never heard of the abandonment: the abandoned pg_sleep calls are still there
+    # (more of them than the pool has connections), until they end by themselves.
+    try:
+        assert await _running(pg_cluster, app) > 2
+    finally:
+        admin = await pg_cluster.connect()
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            app,
+        )
+        await admin.close()
+
+
+async def test_a_client_that_cancels_slow_attempts_leaves_nothing_running(
+    pg_cluster: PostgresCluster,
+) -> None:
+    app = "cancelling-client"
+    frame = await _drive(
+        pg_cluster,
+        {"attempt_timeout_ms": 150, "on_attempt_timeout": "cancel", "immediate_retries": 1},
+        app,
+    )
+    assert set(frame["error"].to_list()) == {"client_attempt_timeout"}
+    assert set(frame["retries"].to_list()) == {1}
+    with anyio.fail_after(20):  # well before the 30 s the queries would sleep on their own
+        while True:
+            if await _running(pg_cluster, app) == 0:
+                break
+            await anyio.sleep(0.1)  # a condition on the server: polled
+
+
+async def test_a_leaking_client_ramps_its_idle_connections_up_to_its_maximum(
+    pg_cluster: PostgresCluster,
+) -> None:
+    app = "leaking-client"
+    spec_client = {"leak": {"per_s": 20, "max": 5, "state": "idle_in_transaction"}}
+    admin = await pg_cluster.connect()
+    try:
+        counts: list[int] = []
+
+        async def watch() -> None:
+            while True:
+                counts.append(
+                    int(
+                        await admin.fetchval(
+                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 "
+                            "AND state = 'idle in transaction'",
+                            app,
+                        )
+                    )
+                )
+                await anyio.sleep(0.05)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            await _drive(pg_cluster, spec_client, app)
+            tg.cancel_scope.cancel()
+    finally:
+        await admin.close()
+    assert max(counts) == 5  # it ramps and stops at its maximum
+    assert counts[0] < 5
