@@ -69,6 +69,7 @@ def _run(
     dsn: str | None,
     seed: int | None,
     horizon: float | None,
+    history: float | None,
     quiet: bool,
     verbose: bool,
 ) -> None:
@@ -106,6 +107,7 @@ def _run(
         dsn=dsn,
         seed=seed,
         horizon_s=horizon,
+        history_s=history,
     )
     monitor = RunMonitor()
 
@@ -211,6 +213,14 @@ HorizonOpt = Annotated[
         "in scenario seconds",
     ),
 ]
+HistoryOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--history-s",
+        help="workload history before the incident, in scenario seconds (overrides the "
+        "scenario's preparation.history; 0: none); part of the snapshot",
+    ),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="no live view")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v")]
 
@@ -245,6 +255,7 @@ def _scenario_command(mode: str):  # type: ignore[no-untyped-def]
         dsn: DsnOpt = None,
         seed: SeedOpt = None,
         horizon: HorizonOpt = None,
+        history: HistoryOpt = None,
         quiet: QuietOpt = False,
         verbose: VerboseOpt = False,
     ) -> None:
@@ -262,6 +273,7 @@ def _scenario_command(mode: str):  # type: ignore[no-untyped-def]
             dsn,
             seed,
             horizon,
+            history,
             quiet,
             verbose,
         )
@@ -383,6 +395,7 @@ def validate(
     ] = None,
     runs_dir: RunsOpt = Path("runs"),
     fresh: FreshOpt = False,
+    history: HistoryOpt = None,
     markdown: Annotated[
         Path | None, typer.Option("--markdown", help="also write the table as Markdown here")
     ] = None,
@@ -416,7 +429,9 @@ def validate(
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     scale_list = [float(x) for x in scales.split(",")] if scales else [time_scale]
-    options = RunOptions(time_scale=scale_list[0], runs_dir=runs_dir, fresh=fresh)
+    options = RunOptions(
+        time_scale=scale_list[0], runs_dir=runs_dir, fresh=fresh, history_s=history
+    )
     only_list = only.split(",") if only else None
     summary = anyio.run(run_validation, scenarios, options, repeat, None, scale_list, only_list)
     table = Table(

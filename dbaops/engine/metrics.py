@@ -313,6 +313,10 @@ class MetricSampler:
             except OSError as exc:
                 log.error("sampler_flush_failed", error=str(exc), rows=frame.height)
 
+    def seed(self, frame: pl.DataFrame) -> None:
+        """Rows recorded before this sampler started (the workload history), kept first."""
+        self._history.insert(0, frame)
+
     def snapshot(self) -> pl.DataFrame:
         """All rows sampled so far (history plus unflushed buffer), in :data:`METRIC_SCHEMA`."""
         frames = [f.with_columns(pl.col("metric", "label").cast(pl.String)) for f in self._history]

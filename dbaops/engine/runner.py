@@ -35,6 +35,7 @@ from dbaops.engine.actors import ONE_SHOT_FAULTS, ActorContext, StandbyAccess, r
 from dbaops.engine.backend import PostgresBackend, embedded_backend, external_backend
 from dbaops.engine.checks import CheckSources, evaluate_check
 from dbaops.engine.fixture import build_fixture
+from dbaops.engine.history import effective_history, load_history, record_history
 from dbaops.engine.metrics import METRIC_SCHEMA, MetricSampler
 from dbaops.engine.serverlog import ServerLogFollower
 from dbaops.mailbox import Mailbox
@@ -53,6 +54,7 @@ from dbaops.scenario.loader import load_scenario, preparation_key, timelines_dir
 from dbaops.scenario.model import (
     BackgroundWorkload,
     Event,
+    History,
     OlapWorkload,
     OltpWorkload,
     ReplicaSpec,
@@ -82,6 +84,11 @@ class RunOptions(BaseModel):
     seed: int | None = None
     runs_dir: Path = Path("runs")
     fresh: bool = False
+    history_s: float | None = Field(
+        default=None,
+        description="override the scenario's workload history before t=0 (scenario "
+        "seconds; 0: none); it is part of the snapshot",
+    )
     dsn: str | None = None
     pg_bindir: Path | None = None
     horizon_s: float | None = Field(
@@ -159,10 +166,14 @@ async def _prepare_state(
     trace: RunTrace,
     clock: ScenarioClock,
     fresh: bool,
+    history: History | None,
 ) -> dict[str, Any]:
     """Restore the dirty snapshot (building it first if needed); returns preparation metadata."""
     version = await backend.server_version()
-    key = preparation_key(sc, lib, version)
+    if history is not None and backend.cluster is None:
+        trace.write(PhaseRecord(phase="history", detail={"skipped": "needs the embedded backend"}))
+        history = None
+    key = preparation_key(sc, lib, version, history)
     cluster = backend.cluster
     endpoint = backend.for_database(lib.database)
     if cluster is not None and cluster.has_snapshot(key) and not fresh:
@@ -179,6 +190,15 @@ async def _prepare_state(
         backend.admin, lib, params, sc.database.seed, sc.database.date.isoformat()
     )
     trace.write(PhaseRecord(phase="build_fixture", duration_s=build_s, detail={"params": params}))
+    history_summary: dict[str, Any] | None = None
+    if history is not None and cluster is not None:
+        t1 = time.monotonic()
+        history_summary = await record_history(
+            sc, lib, endpoint, history, cluster.root / "history-staging"
+        )
+        trace.write(
+            PhaseRecord(phase="history", duration_s=time.monotonic() - t1, detail=history_summary)
+        )
     ctx = ActorContext(
         endpoint=endpoint, clock=clock, trace=trace, instance=cluster, host=cluster, label="prep"
     )
@@ -210,6 +230,7 @@ async def _prepare_state(
         "expected_results": expected,
         "server_version": version,
         "prepare_s": time.monotonic() - t0,
+        "history": history_summary,
     }
     if cluster is not None:
         for stale in cluster.snapshot_root.glob("*"):  # snapshots of an older preparation
@@ -217,6 +238,8 @@ async def _prepare_state(
                 cluster.drop_snapshot(stale.name)
         capture_s = await cluster.capture_snapshot(key)
         (cluster.snapshot_root / key / "prep.json").write_text(json.dumps(meta))
+        if history_summary is not None:
+            shutil.move(cluster.root / "history-staging", cluster.snapshot_root / key / "history")
         trace.write(
             PhaseRecord(phase="snapshot_capture", duration_s=capture_s, detail={"snapshot": key})
         )
@@ -538,7 +561,8 @@ async def run_scenario(
         if backend.cluster is not None:
             _protect_from_server([backend.cluster.snapshot_root])
         monitor.phase = "preparing"
-        meta = await _prepare_state(sc, lib, backend, trace, clock, options.fresh)
+        history = effective_history(sc, options.history_s)
+        meta = await _prepare_state(sc, lib, backend, trace, clock, options.fresh, history)
         endpoint = backend.for_database(lib.database)
         standby_endpoint: Endpoint | None = None
         if sc.database.replica is not None:
@@ -565,6 +589,7 @@ async def run_scenario(
                     "snapshot": meta["key"],
                     "verification_s": sc.evaluation.verification_s,
                     "final_round_s": sc.agent.final_round_s,
+                    "history": meta.get("history"),
                     "time_scale_applies_to": SCALED_DURATIONS,
                 },
             )
@@ -573,6 +598,15 @@ async def run_scenario(
         sampler: MetricSampler | None = None
         if options.metrics:
             sampler, metric_parts = _metric_sampler(rd, endpoint, clock)
+        if meta.get("history") and backend.cluster is not None:
+            past_metrics, past_samples = load_history(
+                backend.cluster.snapshot_root / meta["key"] / "history",
+                ends_at_s=-sc.preparation.warmup_s,
+            )
+            parts.append(past_samples)
+            if sampler is not None and metric_parts is not None:
+                metric_parts.append(past_metrics)
+                sampler.seed(past_metrics)
         sources = CheckSources(
             metrics=sampler.snapshot if sampler else None,
             server_log=rd.server_log if follower else None,

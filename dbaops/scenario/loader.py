@@ -13,7 +13,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from dbaops.scenario.consistency import scenario_problems
-from dbaops.scenario.model import DEFAULT_SCENARIO_DATE, FORMAT_VERSION, OlapWorkload, Scenario
+from dbaops.scenario.model import (
+    DEFAULT_SCENARIO_DATE,
+    FORMAT_VERSION,
+    History,
+    OlapWorkload,
+    Scenario,
+)
 from dbaops.workloads.spec import LibraryExtension, WorkloadLibrary
 
 #: Bump when the fixture's roles, grants or harness settings change: old snapshots rebuild.
@@ -216,7 +222,9 @@ def list_scenarios(directory: Path | None = None) -> list[tuple[Path, Scenario |
     return out
 
 
-def preparation_key(sc: Scenario, lib: WorkloadLibrary, server_version: str) -> str:
+def preparation_key(
+    sc: Scenario, lib: WorkloadLibrary, server_version: str, history: History | None = None
+) -> str:
     """Hash of everything that determines the dirty snapshot (re-prepare when it changes): the
     fixture (the library's schema, data, roles and parameters, with the scenario's own parts),
     the jobs whose expected results it stores, construction and preconditions. Templates the
@@ -233,6 +241,12 @@ def preparation_key(sc: Scenario, lib: WorkloadLibrary, server_version: str) -> 
         "server": server_version,
         "fixture_version": FIXTURE_VERSION,
     }
+    if history is not None:  # the history's workloads shape the snapshot too
+        payload["history"] = history.model_dump(mode="json")
+        payload["history_workloads"] = [w.model_dump(mode="json") for w in sc.workloads]
+        payload["history_templates"] = {
+            name: t.model_dump(mode="json") for name, t in sorted(lib.transactions.items())
+        }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -203,6 +203,20 @@ class DatabaseSpec(StrictModel):
     )
 
 
+class History(StrictModel):
+    """Workload history before the incident (see :mod:`dbaops.engine.history`): the
+    scenario's OLTP and background workloads run on the clean fixture, before construction,
+    for ``duration_s`` scenario seconds at ``scale`` wall seconds per scenario second."""
+
+    duration_s: float = Field(gt=0, le=7 * 86400, description="scenario seconds of history")
+    scale: float = Field(
+        default=0.01, gt=0, le=1, description="wall seconds per history second (compression)"
+    )
+    sample_every_s: float = Field(
+        default=60.0, gt=0, description="scenario seconds between metric samples in history"
+    )
+
+
 class Preparation(StrictModel):
     """Construction operations, preconditions, live activation actors, manifestation predicates."""
 
@@ -211,6 +225,11 @@ class Preparation(StrictModel):
     activation: list[FaultSpec] = Field(default_factory=list)
     manifestation: list[CheckSpec] = Field(default_factory=list)
     warmup_s: float = Field(default=10.0, ge=0, description="scenario seconds before t=0")
+    history: History | None = Field(
+        default=None,
+        description="workload history before the fault (metrics, statistics and "
+        "pg_stat_statements have a past); --history-s overrides its length",
+    )
 
 
 class Alert(StrictModel):

@@ -1,0 +1,128 @@
+"""Workload history before t = 0: a production database has a past (paper §6.3.2: 6–12 h).
+
+During preparation, before the construction operations inject the fault, the scenario's OLTP
+and background workloads run against the clean fixture for ``preparation.history.duration_s``
+scenario seconds, compressed by its own ``scale``. What that leaves inside the server (the
+statistics views, ``pg_stat_statements``) goes into the dirty snapshot with everything else;
+the metric samples and SLO samples it produced are kept beside the snapshot and copied into
+every run, shifted to end where the run's warm-up begins. So the agent's ``query_metrics`` and
+the views it queries show how the system behaved before the incident.
+
+Not carried over: server-log lines (their timestamps are the preparation's wall clock).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import anyio
+import polars as pl
+
+from dbaops.backends.endpoint import Endpoint
+from dbaops.clock import ScenarioClock
+from dbaops.engine.metrics import METRIC_SCHEMA, MetricSampler
+from dbaops.rundir import ParquetParts, read_parts
+from dbaops.scenario.model import BackgroundWorkload, History, OltpWorkload, Scenario
+from dbaops.workloads.drivers import BackgroundDriver, OltpDriver
+from dbaops.workloads.samples import SAMPLE_SCHEMA
+from dbaops.workloads.sink import SampleSink
+from dbaops.workloads.spec import WorkloadLibrary
+
+METRICS_FILE = "metrics.parquet"
+SAMPLES_FILE = "samples.parquet"
+
+#: Time columns of the two tables (shifted when a run takes the history in).
+_SAMPLE_TIMES = ("scheduled_s", "start_s", "end_s", "deadline_s")
+_METRIC_TIMES = ("t_s",)
+
+
+def effective_history(sc: Scenario, override_s: float | None) -> History | None:
+    """The history a run prepares: the scenario's, with ``--history-s`` overriding its length
+    (0 turns it off; a scenario without history gets the default scale)."""
+    declared = sc.preparation.history
+    if override_s is None:
+        return declared
+    if override_s <= 0:
+        return None
+    return (declared or History(duration_s=override_s)).model_copy(
+        update={"duration_s": override_s}
+    )
+
+
+async def record_history(
+    sc: Scenario,
+    lib: WorkloadLibrary,
+    endpoint: Endpoint,
+    history: History,
+    out_dir: Path,
+) -> dict[str, Any]:
+    """Run the history against ``endpoint`` and write its metrics and samples to ``out_dir``
+    (history time runs from ``-duration_s`` to 0); returns a summary for the trace."""
+    _fresh_dir(out_dir)
+    clock = ScenarioClock(time_scale=history.scale)
+    sample_parts = ParquetParts(out_dir / "samples", out_dir / SAMPLES_FILE, SAMPLE_SCHEMA)
+    metric_parts = ParquetParts(out_dir / "metrics", out_dir / METRICS_FILE, METRIC_SCHEMA)
+    sink = SampleSink(sample_parts, recent_s=60.0)
+
+    async def connect() -> Any:
+        return await endpoint.harness_connect()
+
+    sampler = MetricSampler(
+        connect,
+        clock,
+        metric_parts,
+        database=endpoint.database,
+        interval_s=history.sample_every_s,
+    )
+    params = {**lib.params, **sc.database.params}
+    drivers: list[OltpDriver | BackgroundDriver] = []
+    for w in sc.workloads:
+        if w.server != "primary":
+            continue  # the standby does not exist yet
+        if isinstance(w, OltpWorkload):
+            spec = w.model_copy(update={"start_s": None, "stop_s": None})
+            drivers.append(OltpDriver(spec, lib, params, endpoint, clock, sink, sc.database.seed))
+        elif isinstance(w, BackgroundWorkload):
+            drivers.append(
+                BackgroundDriver(w, lib, params, endpoint, clock, sink, sc.database.seed)
+            )
+    clock.restart(-history.duration_s)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sink.run_flusher)
+        tg.start_soon(sampler.run)
+        for driver in drivers:
+            tg.start_soon(driver.run)
+        await clock.sleep_until(0.0)
+        tg.cancel_scope.cancel()
+    sink.flush()
+    sample_parts.compact()
+    metric_parts.compact()
+    return {
+        "duration_s": history.duration_s,
+        "scale": history.scale,
+        "units": sink.total,
+        "metric_samples": sampler.samples,
+    }
+
+
+def _fresh_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+
+
+def _shifted(frame: pl.DataFrame, columns: tuple[str, ...], by_s: float) -> pl.DataFrame:
+    present = [c for c in columns if c in frame.columns]
+    return frame.with_columns([(pl.col(c) + by_s) for c in present])
+
+
+def load_history(directory: Path, ends_at_s: float) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The recorded history's metrics and samples, shifted so that it ends at ``ends_at_s``
+    (the start of the run's warm-up)."""
+    metrics = read_parts(directory / "metrics", directory / METRICS_FILE, METRIC_SCHEMA)
+    samples = read_parts(directory / "samples", directory / SAMPLES_FILE, SAMPLE_SCHEMA)
+    return (
+        _shifted(metrics, _METRIC_TIMES, ends_at_s),
+        _shifted(samples, _SAMPLE_TIMES, ends_at_s),
+    )

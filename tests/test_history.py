@@ -1,0 +1,46 @@
+"""Workload history before t = 0: recorded once with the snapshot, copied into every run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from dbaops.engine.history import effective_history
+from dbaops.engine.runner import RunOptions, run_scenario
+from dbaops.records import PhaseRecord
+from dbaops.rundir import read_metrics, read_samples, read_trace
+from dbaops.scenario.loader import load_scenario, preparation_key
+
+pytestmark = pytest.mark.anyio
+
+SCENARIO = Path(__file__).parent / "scenarios" / "t-snapshot.yaml"
+
+
+def _phases(run_dir: Path) -> dict[str, PhaseRecord]:
+    return {r.phase: r for r in read_trace(run_dir) if isinstance(r, PhaseRecord)}
+
+
+async def test_history_precedes_the_warm_up_in_every_run_and_is_part_of_the_snapshot(
+    tmp_path: Path,
+) -> None:
+    options = RunOptions(time_scale=0.1, runs_dir=tmp_path, history_s=600, fresh=True)
+    first = await run_scenario(SCENARIO, options, agent="noop")
+    assert first.status == "completed", first.reason
+    phases = _phases(first.run_dir)
+    assert phases["history"].detail["units"] > 0 and phases["history"].detail["duration_s"] == 600
+    again = await run_scenario(SCENARIO, options.model_copy(update={"fresh": False}), agent="noop")
+    assert "history" not in _phases(again.run_dir)  # restored with the snapshot, not re-run
+    for run in (first, again):
+        samples = read_samples(run.run_dir)
+        past = samples.filter(pl.col("scheduled_s") < -2.0)  # before the 2 s warm-up
+        assert past.height > 0 and float(past["scheduled_s"].min()) >= -602.0
+        assert past.filter(pl.col("outcome") == "on_time").height > 0
+        metrics = read_metrics(run.run_dir)
+        assert metrics.filter(pl.col("t_s") < -2.0).height > 0
+    # A history is part of what the snapshot is built from.
+    sc, lib, _ = load_scenario(SCENARIO)
+    assert effective_history(sc, 0) is None
+    with_history = effective_history(sc, 600)
+    assert preparation_key(sc, lib, "15", with_history) != preparation_key(sc, lib, "15", None)
