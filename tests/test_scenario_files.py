@@ -154,6 +154,36 @@ evaluation:
             ["alternatives", "needs a name"],
         ),
         ("\nagent: {role: app_rw}\n", ("", ""), ["agent.role", "not a dba role"]),
+        (
+            CHECK,
+            ('sql: "SELECT true"}', 'sql: "SELECT true", server: standby}'),
+            ["evaluation.terminal[0].server", "needs a replica", "database.replica"],
+        ),
+        (
+            "\npreparation:\n  construction:\n    - {kind: sql, server: standby, sql: 'SELECT 1'}\n",
+            ("database: {library: shop}", "database: {library: shop, replica: {}}"),
+            ["preparation.construction[0].server", "made after construction"],
+        ),
+        (
+            "\npreparation:\n  history: {duration_s: 0}\n",
+            ("", ""),
+            ["preparation.history.duration_s", "greater than 0"],
+        ),
+        (
+            "",
+            ("deadline_ms: 200}", "deadline_ms: 200, client: {leak: {per_s: 1}}}"),
+            ["workloads[0].oltp.client.leak.max", "required field is missing"],
+        ),
+        (
+            "",
+            ("deadline_ms: 200}", "deadline_ms: 200, client: {on_attempt_timeout: hang}}"),
+            ["client.on_attempt_timeout", "'abandon' or 'cancel'"],
+        ),
+        (
+            "",
+            ("database: {library: shop}", "database: {library: shop, replica: {slot: Bad-Slot}}"),
+            ["database.replica.slot", "should match pattern"],
+        ),
     ],
 )
 def test_check_rejects_what_would_fail_at_run_time(
