@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import structlog
@@ -52,7 +52,23 @@ def list_cmd() -> None:
                 item.title,
             )
     console.print(table)
+    loaded = [item for _, item in list_scenarios() if not isinstance(item, ScenarioError)]
+    console.print(library_summary(loaded))
     raise typer.Exit(1 if bad else 0)
+
+
+def library_summary(scenarios: list[Any]) -> str:
+    """One line per mode: how many scenarios, by domain and level (the paper's Table 1)."""
+    lines = []
+    for mode in ("bounded", "persistent"):
+        mine = [s for s in scenarios if s.mode == mode]
+        domains: dict[str, list[int]] = {}
+        for s in mine:
+            counts = domains.setdefault(s.domain or "-", [0, 0])
+            counts[0 if s.difficulty != "hard" else 1] += 1
+        by = ", ".join(f"{d} {e}/{h}" for d, (e, h) in sorted(domains.items()))
+        lines.append(f"{len(mine)} {mode} ({by or 'none'}; easy/hard)")
+    return "\n".join(lines)
 
 
 def _run(
