@@ -7,6 +7,7 @@ Layout of ``runs/<scenario>/<run-id>/``::
     samples/part-*.parquet, samples.parquet   SLO samples (parts while running, compacted at end)
     metrics/part-*.parquet, metrics.parquet   metric samples
     postgresql.log     server log lines written during the run
+    standby.log        the replica profile's standby's log lines (runs with a standby)
     mailbox.md         the durable mailbox (persistent runs)
     verdict.json       verdicts with their evidence
 """
@@ -50,6 +51,10 @@ class RunDir:
     @property
     def server_log(self) -> Path:
         return self.path / "postgresql.log"
+
+    @property
+    def standby_log(self) -> Path:
+        return self.path / "standby.log"
 
     @property
     def mailbox(self) -> Path:

@@ -93,5 +93,9 @@ async def test_a_scenario_with_a_replica_runs_parts_checks_workloads_and_tools_o
     calls = [r for r in read_trace(ref.run_dir) if isinstance(r, ToolCallRecord)]
     first = next(c for c in calls if c.tool == "execute_sql")
     assert first.args["server"] == "standby" and "paused" in first.observation
+    # The standby's log is recorded beside the primary's, and read_log reaches it.
+    assert "read-only connections" in (ref.run_dir / "standby.log").read_text()
+    log_call = next(c for c in calls if c.tool == "read_log")
+    assert log_call.args["server"] == "standby" and "recovery has paused" in log_call.observation
     samples = read_samples(ref.run_dir)
     assert samples.filter(pl.col("workload") == "reads").height > 0

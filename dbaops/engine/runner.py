@@ -548,6 +548,7 @@ async def run_scenario(
     status, reason = "failed", None
     backend: PostgresBackend | None = None
     follower: ServerLogFollower | None = None
+    followers: list[ServerLogFollower] = []
     metric_parts: ParquetParts | None = None
     t_start = time.monotonic()
     try:
@@ -570,6 +571,11 @@ async def run_scenario(
             standby_endpoint = backend.standby_for(lib.database)
         if backend.cluster is not None:
             follower = ServerLogFollower(backend.cluster.log_path, rd.server_log)
+            followers.append(follower)
+            if standby_endpoint is not None and backend.cluster.standby is not None:
+                followers.append(
+                    ServerLogFollower(backend.cluster.standby.log_path, rd.standby_log)
+                )
         trace.write(
             RunHeader(
                 run_id=rd.path.name,
@@ -705,8 +711,8 @@ async def run_scenario(
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(sink.run_flusher)
-            if follower is not None:
-                tg.start_soon(follower.run)
+            for f in followers:
+                tg.start_soon(f.run)
             monitor.phase = "activation"
             for fault in sc.preparation.activation:
                 await tg.start(run_fault, fault, ctx)
@@ -819,7 +825,7 @@ async def run_scenario(
                 sink,
                 parts,
                 metric_parts,
-                follower,
+                followers,
                 backend,
                 status,
                 reason,
@@ -960,7 +966,7 @@ async def _finish(
     sink: SampleSink,
     parts: ParquetParts,
     metric_parts: ParquetParts | None,
-    follower: ServerLogFollower | None,
+    followers: list[ServerLogFollower],
     backend: PostgresBackend | None,
     status: str,
     reason: str | None,
@@ -973,8 +979,8 @@ async def _finish(
     parts.compact()
     if metric_parts is not None and metric_parts.directory.exists():
         metric_parts.compact()
-    if follower is not None:
-        follower.copy_new()
+    for f in followers:
+        f.copy_new()
     server_up: bool | None = None
     if backend is not None and backend.cluster is not None:
         try:

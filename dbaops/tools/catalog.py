@@ -101,10 +101,12 @@ def build_tool_catalog(env: PostgresToolEnvironment, recorder: ToolRecorder) -> 
     rd = env.run_dir
     sql = sql_tool(env.sql)
     instance = instance_tool(env.endpoint, env.instance, env.sql.role)
+    log = log_tool(rd.path, rd.server_log, env.clock)
     if env.standby is not None:
         sb = env.standby
         sql = on_either_server(sql, sql_tool(sb.sql))
         instance = on_either_server(instance, instance_tool(sb.endpoint, sb.instance, sb.sql.role))
+        log = on_either_server(log, log_tool(rd.path, rd.standby_log, env.clock))
     tools: list[Tool] = [
         sql,
         metrics_tool(
@@ -113,7 +115,7 @@ def build_tool_catalog(env: PostgresToolEnvironment, recorder: ToolRecorder) -> 
             env.clock,
         ),
         instance,
-        log_tool(rd.path, rd.server_log, env.clock),
+        log,
         knowledge_tool(),
         *mailbox_tools(env.mailbox),
     ]
