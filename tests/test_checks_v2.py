@@ -34,8 +34,8 @@ from dbaops.evaluation.report_checks import judge_report_check
 from dbaops.evaluation.score import score_run
 from dbaops.records import CheckRecord
 from dbaops.rundir import ParquetParts, read_trace
+from dbaops.scenario.checks import CheckSpec, ReportCheck, WorkloadCheck
 from dbaops.scenario.loader import ScenarioError, load_scenario
-from dbaops.scenario.parts import CheckSpec, ReportCheck, WorkloadCheck
 from dbaops.workloads.samples import SAMPLE_SCHEMA, Outcome
 from dbaops.workloads.sink import SampleSink
 

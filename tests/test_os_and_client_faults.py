@@ -17,9 +17,9 @@ from dbaops.clock import ScenarioClock
 from dbaops.engine.actors import ActorContext, FaultError, run_fault
 from dbaops.evaluation.score import server_crashed
 from dbaops.records import ActorRecord, Record
+from dbaops.scenario.faults import EditConfig, SignalProcess
 from dbaops.scenario.loader import ScenarioError, load_scenario
 from dbaops.scenario.model import OltpWorkload
-from dbaops.scenario.parts import EditConfig, SignalProcess
 from dbaops.workloads.drivers import OltpDriver
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import WorkloadLibrary

@@ -160,7 +160,8 @@ evaluation:
             ["evaluation.terminal[0].server", "needs a replica", "database.replica"],
         ),
         (
-            "\npreparation:\n  construction:\n    - {kind: sql, server: standby, sql: 'SELECT 1'}\n",
+            "\npreparation:\n  construction:\n"
+            "    - {kind: sql, server: standby, sql: 'SELECT 1'}\n",
             ("database: {library: shop}", "database: {library: shop, replica: {}}"),
             ["preparation.construction[0].server", "made after construction"],
         ),

@@ -19,7 +19,7 @@ from anyio.abc import TaskStatus
 from dbaops.backends.endpoint import HARNESS_APPLICATION, Endpoint
 from dbaops.clock import ScenarioClock
 from dbaops.records import ActorRecord, Record
-from dbaops.scenario.parts import (
+from dbaops.scenario.faults import (
     EditConfig,
     FaultSpec,
     HoldTransaction,

@@ -25,7 +25,7 @@ from dbaops.backends.endpoint import HARNESS_APPLICATION, Endpoint
 from dbaops.clock import ScenarioClock
 from dbaops.engine.metrics_registry import metric_kind
 from dbaops.records import CheckRecord
-from dbaops.scenario.parts import (
+from dbaops.scenario.checks import (
     BaselineWindow,
     CheckSpec,
     MetricCheck,

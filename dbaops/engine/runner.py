@@ -50,6 +50,7 @@ from dbaops.records import (
     VerdictRecord,
 )
 from dbaops.rundir import ParquetParts, RunDir, TraceWriter
+from dbaops.scenario.checks import CheckSpec, ReportCheck
 from dbaops.scenario.loader import load_scenario, preparation_key, timelines_dir
 from dbaops.scenario.model import (
     BackgroundWorkload,
@@ -60,7 +61,6 @@ from dbaops.scenario.model import (
     ReplicaSpec,
     Scenario,
 )
-from dbaops.scenario.parts import CheckSpec, ReportCheck
 from dbaops.tools.catalog import (
     PostgresToolEnvironment,
     StandbyToolEnvironment,

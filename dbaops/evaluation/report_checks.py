@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from dbaops.records import CheckRecord
-from dbaops.scenario.parts import ReportCheck, compare
+from dbaops.scenario.checks import ReportCheck, compare
 
 _MISSING = object()
 

@@ -33,8 +33,8 @@ from dbaops.records import (
     ToolCallRecord,
 )
 from dbaops.rundir import RunDir, read_samples, read_trace
+from dbaops.scenario.checks import CheckSpec, ReportCheck
 from dbaops.scenario.model import Scenario
-from dbaops.scenario.parts import CheckSpec, ReportCheck
 
 
 class CheckEvidence(BaseModel):

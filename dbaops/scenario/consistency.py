@@ -14,8 +14,8 @@ from typing import Any
 from pglast import parser
 from pydantic import BaseModel
 
+from dbaops.scenario.checks import check_placement_problems
 from dbaops.scenario.model import OlapWorkload, Scenario
-from dbaops.scenario.parts import check_placement_problems
 from dbaops.tools.catalog import AGENT_TOOLS
 from dbaops.workloads.spec import WorkloadLibrary
 

@@ -16,7 +16,8 @@ from dbaops.evaluation.compliance import ServiceObjective
 from dbaops.evaluation.diagnosis_models import DiagnosisSpec
 from dbaops.evaluation.difficulty import DifficultySpec
 from dbaops.evaluation.safety_contract import SafetyContract
-from dbaops.scenario.parts import CheckSpec, FaultSpec
+from dbaops.scenario.checks import CheckSpec
+from dbaops.scenario.faults import FaultSpec
 from dbaops.workloads.spec import LibraryExtension, StrictModel
 
 #: The scenario file format this code reads; older files are migrated on load

@@ -1,7 +1,7 @@
-"""Reusable, parameterised scenario parts: faults/actors and checks.
+"""Check parts: the predicates of preconditions, manifestation, alerts and evaluation.
 
-Each part is a pydantic model with a ``kind`` (faults) or ``check`` (checks) discriminator, so a
-scenario file that names an unknown part fails at load time with the known alternatives.
+Each part is a pydantic model with a ``check`` discriminator, so a scenario file that names an
+unknown check fails at load time with the known alternatives.
 """
 
 from __future__ import annotations
@@ -13,139 +13,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from dbaops.engine.metrics_registry import REGISTRY as METRIC_REGISTRY
+from dbaops.scenario.faults import Server
 from dbaops.workloads.spec import StrictModel
 
-#: Which server a part acts on: the primary, or the replica profile's standby.
-Server = Literal["primary", "standby"]
-
-
-class SqlFault(StrictModel):
-    """Run SQL once as a role (e.g. a bad ALTER, a batch update)."""
-
-    kind: Literal["sql"] = "sql"
-    server: Server = "primary"
-    role: str = "postgres"
-    database: str | None = None  # default: the fixture database
-    application_name: str = "psql"
-    sql: str
-    in_transaction: bool = False
-
-
-class HoldTransaction(StrictModel):
-    """A session that opens a transaction, runs statements, then holds it (locks, snapshot).
-
-    ``duration_s`` is scenario time (None: until the end of the run). ``idle`` keeps the session
-    idle in transaction; otherwise it sits in ``pg_sleep`` (an active long transaction).
-    """
-
-    kind: Literal["hold_transaction"] = "hold_transaction"
-    server: Server = "primary"
-    role: str = "postgres"
-    database: str | None = None
-    application_name: str
-    isolation: Literal["read_committed", "repeatable_read", "serializable"] = "read_committed"
-    statements: list[str] = Field(default_factory=list)
-    duration_s: float | None = None
-    idle: bool = True
-    finish: Literal["commit", "rollback"] = "rollback"
-    protected: bool = False
-
-
-class LoadActor(StrictModel):
-    """Background load: ``sessions`` loops running ``statements`` for ``duration_s``."""
-
-    kind: Literal["load"] = "load"
-    server: Server = "primary"
-    role: str = "postgres"
-    database: str | None = None
-    application_name: str = "psql"
-    statements: list[str] = Field(min_length=1)
-    sessions: int = Field(default=1, ge=1, le=100)
-    pause_ms: float = Field(default=0, ge=0)
-    duration_s: float | None = None
-    protected: bool = False
-
-
-class IdleConnections(StrictModel):
-    """Open ``count`` idle sessions as a role and keep them (connection pressure)."""
-
-    kind: Literal["idle_connections"] = "idle_connections"
-    server: Server = "primary"
-    role: str
-    database: str | None = None
-    application_name: str = "psql"
-    count: int = Field(ge=1, le=500)
-    duration_s: float | None = None
-    reconnect: bool = Field(
-        default=False, description="reopen lost connections every second (a misbehaving pool)"
-    )
-
-
-class SetSetting(StrictModel):
-    """ALTER SYSTEM SET name = value, then reload (or restart when ``restart``)."""
-
-    kind: Literal["set_setting"] = "set_setting"
-    server: Server = "primary"
-    name: str
-    value: str
-    restart: bool = False
-
-
-class InstanceControl(StrictModel):
-    """Stop, start or restart the server (embedded backend only)."""
-
-    kind: Literal["instance"] = "instance"
-    server: Server = "primary"
-    action: Literal["stop", "start", "restart"]
-
-
-class EditConfig(StrictModel):
-    """Edit a configuration file in the data directory as an operator's hand edit would
-    (embedded backend only): comment out lines matching ``comment_out``, add ``prepend`` lines
-    at the top (``pg_hba.conf`` is first-match) and ``append`` lines at the end, then reload,
-    restart or leave the server alone. The harness connects as ``postgres`` over loopback: an
-    ``pg_hba.conf`` edit should name the roles it means."""
-
-    kind: Literal["edit_config"] = "edit_config"
-    server: Server = "primary"
-    file: Literal["postgresql.conf", "pg_hba.conf"]
-    append: list[str] = Field(default_factory=list)
-    prepend: list[str] = Field(default_factory=list)
-    comment_out: str | None = Field(default=None, description="regex of lines to comment out")
-    then: Literal["reload", "restart", "nothing"] = "reload"
-
-
-class SignalProcess(StrictModel):
-    """Send an OS signal to server processes (embedded backend only): ``KILL`` crashes one (a
-    killed backend or auxiliary process makes the postmaster restart every session), ``STOP``
-    freezes it (it holds its locks and answers no cancel), ``CONT`` resumes it, ``TERM`` ends a
-    backend. Processes are chosen by ``backend_type`` (as in ``pg_stat_activity``) and, for
-    client backends, ``application_name`` and ``role``; ``every`` signals all matches, else
-    the oldest."""
-
-    kind: Literal["signal_process"] = "signal_process"
-    server: Server = "primary"
-    signal: Literal["KILL", "TERM", "STOP", "CONT", "QUIT", "INT"]
-    backend_type: str = "client backend"
-    application_name: str | None = None
-    role: str | None = None
-    every: bool = False
-
-
-FaultSpec = Annotated[
-    SqlFault
-    | HoldTransaction
-    | LoadActor
-    | IdleConnections
-    | SetSetting
-    | InstanceControl
-    | EditConfig
-    | SignalProcess,
-    Field(discriminator="kind"),
-]
-
-
-# -- checks ------------------------------------------------------------------------------------
 # Every check has a ``name`` (its key in the verdict), a ``description`` and, except the report
 # check, ``by_s`` (terminal checks: must also hold at that scenario time). Checks evaluated by
 # the harness during the run write a CheckRecord; the report check is judged at scoring time.
