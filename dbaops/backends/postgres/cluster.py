@@ -310,7 +310,7 @@ class PostgresCluster:
             "-D", str(root / "data"),
             "-d", f"host={self.host} port={self.port} user=postgres "
                   f"application_name={application_name}",
-            "-R", "-X", "stream", "--no-sync",
+            "-R", "-X", "stream", "--no-sync", "--checkpoint=fast",
         ]  # fmt: skip
         if slot is not None:
             args += ["-S", slot, "-C"]
