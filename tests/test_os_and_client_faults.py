@@ -176,13 +176,16 @@ LIBRARY = WorkloadLibrary.model_validate(
         "schema": "",
         "roles": [{"name": "app_rw"}],
         "transactions": {
-            "slow": {"role": "app_rw", "statements": [{"sql": "SELECT pg_sleep(30)"}]}
+            "slow": {"role": "app_rw", "statements": [{"sql": "SELECT pg_sleep(30)"}]},
+            "broken": {"role": "app_rw", "statements": [{"sql": "SELECT 1 / 0"}]},
         },
     }
 )
 
 
-async def _drive(pg_cluster: PostgresCluster, client: dict[str, object], app: str) -> pl.DataFrame:
+async def _drive(
+    pg_cluster: PostgresCluster, client: dict[str, object], app: str, template: str = "slow"
+) -> pl.DataFrame:
     admin = await pg_cluster.connect()
     try:
         await admin.execute("DO $$BEGIN CREATE ROLE app_rw LOGIN; EXCEPTION WHEN OTHERS THEN END$$")
@@ -192,7 +195,7 @@ async def _drive(pg_cluster: PostgresCluster, client: dict[str, object], app: st
         {
             "name": "w",
             "application_name": app,
-            "mix": {"slow": 1},
+            "mix": {template: 1},
             "rate_per_s": 4,
             "arrival": "fixed",
             "deadline_ms": 100,
@@ -301,3 +304,17 @@ async def test_a_leaking_client_ramps_its_idle_connections_up_to_its_maximum(
         await admin.close()
     assert max(counts) == 5  # it ramps and stops at its maximum
     assert counts[0] < 5
+
+
+async def test_a_server_error_under_an_attempt_timeout_is_the_units_error_not_a_crash(
+    pg_cluster: PostgresCluster,
+) -> None:
+    frame = await _drive(
+        pg_cluster,
+        {"attempt_timeout_ms": 150, "on_attempt_timeout": "abandon", "immediate_retries": 2},
+        "erroring-client",
+        template="broken",
+    )
+    assert frame.height >= 3
+    assert set(frame["sqlstate"].to_list()) == {"22012"}  # division by zero, no retries
+    assert set(frame["retries"].to_list()) == {0}

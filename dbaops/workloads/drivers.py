@@ -298,13 +298,15 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
             tg.start_soon(abandon_at_cutoff)
             try:
                 await _run_transaction(conn, template, drawn, give_up, self.clock)
-            # raised below, outside the task group, not as an exception group
-            except (asyncpg.PostgresConnectionError, *_CONNECTION_ERRORS) as exc:
+            # raised below, outside the task group, so the unit's own handlers see it (a
+            # server error such as 57014 as itself), not as an exception group
+            except Exception as exc:
                 failure = exc
             finally:
                 tg.cancel_scope.cancel()
         if failure is not None:
-            if abandoned:
+            lost = isinstance(failure, (asyncpg.PostgresConnectionError, *_CONNECTION_ERRORS))
+            if abandoned and lost:
                 raise AttemptTimeout from None
             raise failure
 
