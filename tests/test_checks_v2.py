@@ -678,12 +678,18 @@ def test_a_report_check_is_refused_outside_the_terminal_section(tmp_path: Path) 
         load_scenario(path)
 
 
-def test_a_baseline_is_refused_in_a_bounded_scenario(tmp_path: Path) -> None:
+def test_a_bounded_scenarios_baseline_ends_by_t0_in_the_warm_up_or_history(
+    tmp_path: Path,
+) -> None:
     item = {**WORKLOAD, "stat": "p95_ms", "over_s": 10, "relative_to": "baseline",
             "baseline": {"since_s": 0, "until_s": 10}}  # fmt: skip
-    path = _scenario(tmp_path, "preparation.manifestation", item)
-    with pytest.raises(ScenarioError, match="a bounded scenario has no pre-fault window"):
+    path = _scenario(tmp_path, "evaluation.terminal", item)
+    with pytest.raises(ScenarioError, match="baseline ends at or before t = 0"):
         load_scenario(path)
+    faulty = {**item, "baseline": {"since_s": -20, "until_s": 0}}  # the faulty warm-up
+    sc, _, _ = load_scenario(_scenario(tmp_path, "evaluation.terminal", faulty))
+    loaded = sc.evaluation.terminal[0]
+    assert isinstance(loaded, WorkloadCheck) and loaded.baseline is not None
 
 
 def _persistent(tmp_path: Path, baseline: dict[str, float]) -> Path:
