@@ -72,3 +72,25 @@ async def test_a_second_concurrent_run_on_the_same_cluster_is_refused(tmp_path: 
     (run_dir,) = list((tmp_path / "t-snapshot").iterdir())
     ends = [r for r in read_trace(run_dir) if isinstance(r, RunEnd)]
     assert ends and ends[0].status == "failed" and "in use" in (ends[0].reason or "")
+
+
+async def test_a_preparation_starts_from_a_pristine_cluster() -> None:
+    cluster = await PostgresCluster.open("reinit-test")
+    try:
+        await cluster.start()
+        conn = await cluster.connect()
+        await conn.execute("ALTER SYSTEM SET work_mem = '64kB'")
+        await conn.execute("SELECT pg_create_physical_replication_slot('left_over')")
+        await conn.close()
+        cluster.edit_config("postgresql.conf", [], ["default_transaction_read_only = on"], None)
+        await cluster.reinitialize()
+        conn = await cluster.connect()
+        try:
+            assert await conn.fetchval("SHOW work_mem") == "4MB"
+            assert await conn.fetchval("SHOW default_transaction_read_only") == "off"
+            assert await conn.fetchval("SELECT count(*) FROM pg_replication_slots") == 0
+        finally:
+            await conn.close()
+    finally:
+        await cluster.stop()
+        shutil.rmtree(cluster.root, ignore_errors=True)

@@ -318,3 +318,20 @@ async def test_a_server_error_under_an_attempt_timeout_is_the_units_error_not_a_
     assert frame.height >= 3
     assert set(frame["sqlstate"].to_list()) == {"22012"}  # division by zero, no retries
     assert set(frame["retries"].to_list()) == {0}
+
+
+async def test_a_frozen_backend_is_resumed_before_the_harness_stops_the_server(
+    own_cluster: PostgresCluster,
+) -> None:
+    frozen = await own_cluster.connect(user="batch", application_name="frozen")
+    await run_fault(
+        SignalProcess(signal="STOP", application_name="frozen"), _context(own_cluster, Records())
+    )
+    with pytest.raises(TimeoutError):  # it answers nothing while stopped
+        await frozen.fetchval("SELECT 1", timeout=1)
+    own_cluster.resume_stopped()
+    again = await own_cluster.connect(user="batch", application_name="after")
+    await again.close()
+    frozen.terminate()
+    await own_cluster.stop()  # a fast shutdown that does not wait on a stopped process
+    assert not await own_cluster.is_running()

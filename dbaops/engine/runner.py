@@ -183,6 +183,9 @@ async def _prepare_state(
         return meta
 
     t0 = time.monotonic()
+    if cluster is not None:
+        await cluster.reinitialize()
+        trace.write(PhaseRecord(phase="initdb", duration_s=time.monotonic() - t0))
     if sc.database.settings:
         await _apply_server_settings(sc.database.settings, backend, trace)
     params = {**lib.params, **sc.database.params}
@@ -983,6 +986,7 @@ async def _finish(
         f.copy_new()
     server_up: bool | None = None
     if backend is not None and backend.cluster is not None:
+        backend.cluster.resume_stopped()
         try:
             server_up = await backend.cluster.is_running()
         except Exception:  # noqa: BLE001 - best effort at teardown

@@ -333,6 +333,44 @@ class PostgresCluster:
                       auto.read_text())  # fmt: skip
         auto.write_text(text)
 
+    async def reinitialize(self) -> None:
+        """A pristine, running cluster: a preparation starts from initdb, never from the data
+        directory a previous run left (its ALTER SYSTEM settings, file edits, slots, roles)."""
+        await self.stop(mode="immediate")
+        await self.drop_standby()
+        for segment in self.archive_dir.glob("*"):
+            if segment.is_file():
+                segment.unlink()
+        await self._initdb({})
+        await self.start()
+
+    def resume_stopped(self) -> None:
+        """SIGCONT every process of this server (and its standby): a process a fault froze
+        with SIGSTOP must not hold up the harness's shutdown."""
+        for cluster in (self, self.standby):
+            if cluster is None:
+                continue
+            for pid in cluster._server_processes():
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except OSError:
+                    pass
+
+    def _server_processes(self) -> list[int]:
+        try:
+            postmaster = int((self.datadir / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return []
+        out = [postmaster]
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == postmaster:
+                out.append(int(stat.parent.name))
+        return out
+
     async def drop_standby(self) -> None:
         if self.standby is not None:
             await self.standby.stop(mode="immediate")
