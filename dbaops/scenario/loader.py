@@ -22,8 +22,9 @@ from dbaops.scenario.model import (
 )
 from dbaops.workloads.spec import LibraryExtension, WorkloadLibrary
 
-#: Bump when the fixture's roles, grants or harness settings change: old snapshots rebuild.
-FIXTURE_VERSION = 2
+#: Bump when the fixture's roles, grants, harness settings or preparation procedure change: old
+#: snapshots rebuild (3: a preparation starts from initdb; the replica profile; history).
+FIXTURE_VERSION = 3
 
 M = TypeVar("M", bound=BaseModel)
 
