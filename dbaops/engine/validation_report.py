@@ -77,7 +77,8 @@ def scenario_records(
     """Group a validation's rows into one record per scenario, server and scale."""
     groups: dict[tuple[str, str | None, float], list[ValidationRow]] = {}
     for row in summary.rows:
-        groups.setdefault((row.scenario, row.server_version, row.time_scale), []).append(row)
+        server = row.server_version.split()[0] if row.server_version else None  # "15.20 (Debian…)"
+        groups.setdefault((row.scenario, server, row.time_scale), []).append(row)
     flipped = {f.split("/")[0] for f in summary.flips}
     out: list[ScenarioValidation] = []
     for (scenario, server, scale), rows in groups.items():
