@@ -17,7 +17,7 @@ from dbaops.clock import ScenarioClock
 from dbaops.engine.actors import ActorContext, FaultError, run_fault
 from dbaops.evaluation.score import server_crashed
 from dbaops.records import ActorRecord, Record
-from dbaops.scenario.faults import EditConfig, SignalProcess
+from dbaops.scenario.faults import EditConfig, FileSizeLimit, SignalProcess
 from dbaops.scenario.loader import ScenarioError, load_scenario
 from dbaops.scenario.model import OltpWorkload
 from dbaops.workloads.drivers import OltpDriver
@@ -335,3 +335,32 @@ async def test_a_frozen_backend_is_resumed_before_the_harness_stops_the_server(
     frozen.terminate()
     await own_cluster.stop()  # a fast shutdown that does not wait on a stopped process
     assert not await own_cluster.is_running()
+
+
+async def test_under_a_file_size_limit_a_table_cannot_grow_and_the_server_keeps_running(
+    own_cluster: PostgresCluster,
+) -> None:
+    await run_fault(FileSizeLimit(mb=40), _context(own_cluster, Records()))
+    conn = await own_cluster.connect()
+    try:
+        await conn.execute("CREATE TABLE big (x text)")
+        with pytest.raises(asyncpg.PostgresError, match="could not extend file") as info:
+            await conn.execute(
+                "INSERT INTO big SELECT repeat('x', 1000) FROM generate_series(1, 60000)"
+            )
+        assert "File too large" in str(info.value)
+        assert info.value.sqlstate == "XX000"  # EFBIG is not mapped to disk_full (53100)
+        assert await conn.fetchval("SELECT 1") == 1  # the server keeps running
+    finally:
+        await conn.close()
+    # An agent's restart keeps the limit (it is the volume's, not the process's).
+    await own_cluster.restart()
+    assert own_cluster.file_size_limit_bytes == 40 * 1024 * 1024
+    await run_fault(FileSizeLimit(mb=None), _context(own_cluster, Records()))
+    conn = await own_cluster.connect()
+    try:
+        await conn.execute(
+            "INSERT INTO big SELECT repeat('x', 1000) FROM generate_series(1, 60000)"
+        )
+    finally:
+        await conn.close()

@@ -22,6 +22,7 @@ from dbaops.records import ActorRecord, Record
 from dbaops.scenario.faults import (
     EditConfig,
     FaultSpec,
+    FileSizeLimit,
     HoldTransaction,
     IdleConnections,
     InstanceControl,
@@ -32,7 +33,14 @@ from dbaops.scenario.faults import (
 )
 
 #: Fault kinds that are in place when they return (the event program awaits them inline).
-ONE_SHOT_FAULTS = ("sql", "set_setting", "instance", "edit_config", "signal_process")
+ONE_SHOT_FAULTS = (
+    "sql",
+    "set_setting",
+    "instance",
+    "edit_config",
+    "signal_process",
+    "file_size_limit",
+)
 
 log = structlog.get_logger(__name__)
 
@@ -53,6 +61,7 @@ class ServerHost(Protocol):
         self, file: str, prepend: list[str], append: list[str], comment_out: str | None
     ) -> None: ...
     def signal(self, pid: int, signal_name: str) -> None: ...
+    def limit_file_size(self, limit_bytes: int | None) -> None: ...
 
 
 class RecordSink(Protocol):
@@ -134,6 +143,8 @@ async def run_fault(
         await _edit_config(fault, ctx)
     elif isinstance(fault, SignalProcess):
         await _signal(fault, ctx)
+    elif isinstance(fault, FileSizeLimit):
+        await _file_size_limit(fault, ctx)
     elif isinstance(fault, HoldTransaction):
         return await _hold(fault, ctx, task_status)
     elif isinstance(fault, LoadActor):
@@ -201,6 +212,13 @@ async def _edit_config(fault: EditConfig, ctx: ActorContext) -> None:
         if ctx.instance is None:
             raise FaultError("edit_config with restart needs instance control (embedded backend)")
         await ctx.instance.restart()
+
+
+async def _file_size_limit(fault: FileSizeLimit, ctx: ActorContext) -> None:
+    _host(ctx, fault.kind).limit_file_size(None if fault.mb is None else fault.mb * 1024 * 1024)
+    if ctx.instance is None:
+        raise FaultError("file_size_limit restarts the server: it needs instance control")
+    await ctx.instance.restart()
 
 
 async def _signal(fault: SignalProcess, ctx: ActorContext) -> None:

@@ -129,6 +129,19 @@ class SignalProcess(StrictModel):
     every: bool = False
 
 
+class FileSizeLimit(StrictModel):
+    """Restart the server under a file-size limit (RLIMIT_FSIZE; embedded backend only): no
+    file it writes, a table or index segment, a temporary file, may grow past ``mb``, and
+    writes that need more fail with "could not extend file …: File too large" (SQLSTATE
+    XX000, HINT: check free disk space) while the server keeps running: a table that cannot
+    grow, as on a full volume. It holds for the rest of the run (an agent's restart keeps it); ``mb: null``
+    lifts it. WAL segments (16 MB) and the log must fit, hence at least 32."""
+
+    kind: Literal["file_size_limit"] = "file_size_limit"
+    server: Server = "primary"
+    mb: int | None = Field(ge=32, description="the limit in MiB (null: none)")
+
+
 FaultSpec = Annotated[
     SqlFault
     | HoldTransaction
@@ -137,6 +150,7 @@ FaultSpec = Annotated[
     | SetSetting
     | InstanceControl
     | EditConfig
-    | SignalProcess,
+    | SignalProcess
+    | FileSizeLimit,
     Field(discriminator="kind"),
 ]

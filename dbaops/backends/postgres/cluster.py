@@ -127,6 +127,9 @@ class PostgresCluster:
         self.port = free_port()
         self.host = "127.0.0.1"
         self.standby: PostgresCluster | None = None
+        #: RLIMIT_FSIZE the postmaster starts under (an OS-level fault): no file it writes may
+        #: grow past it ("could not extend file ... File too large"); None: unlimited.
+        self.file_size_limit_bytes: int | None = None
         standby_root = root / "standby"
         if (standby_root / "data" / "PG_VERSION").exists():
             self.standby = PostgresCluster(standby_root, binaries, os_user)
@@ -256,7 +259,10 @@ class PostgresCluster:
         # Keep the port across restarts so endpoints held by a run stay valid.
         if not port_is_free(self.port):
             self.port = free_port()
+        limit = self.file_size_limit_bytes
+        under_limit = ["prlimit", f"--fsize={limit}:{limit}", "--"] if limit is not None else []
         await self._run(
+            *under_limit,
             self.binaries.tool("pg_ctl"),
             "-D",
             str(self.datadir),
@@ -269,6 +275,10 @@ class PostgresCluster:
             f"-p {self.port} -k {self.socket_dir}",
             "start",
         )
+
+    def limit_file_size(self, limit_bytes: int | None) -> None:
+        """Start the server under this file-size limit from its next (re)start on."""
+        self.file_size_limit_bytes = limit_bytes
 
     async def stop(self, mode: str = "fast") -> None:
         if not (self.datadir / "postmaster.pid").exists():
@@ -338,6 +348,7 @@ class PostgresCluster:
         directory a previous run left (its ALTER SYSTEM settings, file edits, slots, roles)."""
         await self.stop(mode="immediate")
         await self.drop_standby()
+        self.file_size_limit_bytes = None
         for segment in self.archive_dir.glob("*"):
             if segment.is_file():
                 segment.unlink()
@@ -495,6 +506,7 @@ class PostgresCluster:
         await self._run(
             "cp", "-a", str(self.snapshot_root / name / "data"), str(self.datadir), as_service=False
         )
+        self.file_size_limit_bytes = None  # a run's faults end with it
         standby_copy = self.snapshot_root / name / "standby"
         if self.standby is not None and not standby_copy.exists():
             await self.drop_standby()  # a snapshot without a standby: none in this run
