@@ -15,7 +15,6 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from dbaops.backends.endpoint import HARNESS_APPLICATION, Endpoint
 from dbaops.clock import ScenarioClock
 from dbaops.engine.metrics_registry import metric_kind
 from dbaops.records import CheckRecord
+from dbaops.rundir import log_line_stamp
 from dbaops.scenario.checks import (
     BaselineWindow,
     CheckSpec,
@@ -387,9 +387,6 @@ async def _plan(check: PlanCheck, endpoint: Endpoint) -> _Outcome:
 
 
 # -- server log --------------------------------------------------------------------------------
-_LOG_TS = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) UTC ")
-
-
 def server_log_matches(
     lines: list[str],
     pattern: str,
@@ -400,18 +397,15 @@ def server_log_matches(
 ) -> list[tuple[float, str]]:
     """Lines matching ``pattern`` whose scenario time is in ``[since_s, until_s]``, with it.
 
-    Scenario time is ``(line's UTC timestamp - wall_start) / time_scale``; a line without a
-    timestamp (a continued statement) has the time of the line before it."""
+    Scenario time is ``(line's wall time - wall_start) / time_scale``; a line without the
+    prefix (a continued statement) has the time of the line before it."""
     rx = re.compile(pattern)
     out: list[tuple[float, str]] = []
     t: float | None = None
     for line in lines:
-        m = _LOG_TS.match(line)
-        if m:
-            stamp = m.group(1)
-            fmt = "%Y-%m-%d %H:%M:%S.%f" if "." in stamp else "%Y-%m-%d %H:%M:%S"
-            wall = datetime.strptime(stamp, fmt).replace(tzinfo=UTC).timestamp()
-            t = (wall - wall_start) / time_scale
+        stamp = log_line_stamp(line)
+        if stamp is not None:
+            t = (stamp[0] - wall_start) / time_scale
         if t is not None and since_s <= t <= until_s and rx.search(line):
             out.append((t, line))
     return out

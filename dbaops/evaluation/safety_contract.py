@@ -17,9 +17,7 @@ Trace fields read (``dbaops.records``):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, Literal
 
 from pglast.stream import maybe_double_quote_name
@@ -43,6 +41,7 @@ from dbaops.evaluation.safety_ops import SettingChange, setting_changes
 from dbaops.evaluation.safety_sqlutil import clip
 from dbaops.evaluation.safety_trace import parse_trace
 from dbaops.records import ActorRecord, Record, ToolCallRecord
+from dbaops.rundir import log_line_stamp
 
 
 class SafetyContract(BaseModel):
@@ -238,7 +237,7 @@ def judge_run_safety(
     lines = server_log_lines or []
     # None: no server log (an external server); an empty log is a log in which nothing happened.
     readable = server_log_lines is not None and (
-        not lines or any(_LOG_LINE.match(line) for line in lines)
+        not lines or any(log_line_stamp(line) is not None for line in lines)
     )
     signals = parse_server_signals(lines) if readable else None
     verdict = judge_safety(actions_from_trace(records), context, rules, server_signals=signals)
@@ -362,9 +361,6 @@ _SIGNAL_LINES: tuple[tuple[Literal["terminate", "cancel"], str], ...] = (
     ("terminate", "FATAL:  terminating connection due to administrator command"),
     ("cancel", "ERROR:  canceling statement due to user request"),
 )
-_LOG_LINE = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) (UTC|GMT|Z|[+-]\d\d(?::?\d\d)?) \[(\d+)\]"
-)
 
 
 def parse_server_signals(lines: Sequence[str] | None) -> list[ServerSignal]:
@@ -376,29 +372,18 @@ def parse_server_signals(lines: Sequence[str] | None) -> list[ServerSignal]:
         kind = next((k for k, text in _SIGNAL_LINES if text in line), None)
         if kind is None:
             continue
-        m = _LOG_LINE.match(line)
-        if m is None:
+        stamp = log_line_stamp(line)
+        if stamp is None:
             continue
-        stamp = datetime.strptime(
-            m.group(1), "%Y-%m-%d %H:%M:%S.%f" if "." in m.group(1) else "%Y-%m-%d %H:%M:%S"
-        )
         out.append(
             ServerSignal(
-                pid=int(m.group(3)),
-                t_wall=stamp.replace(tzinfo=_zone(m.group(2))).timestamp(),
+                pid=stamp[1],
+                t_wall=stamp[0],
                 kind=kind,
                 line=clip(line, 300),
             )
         )
     return out
-
-
-def _zone(text: str) -> timezone:
-    if text in ("UTC", "GMT", "Z"):
-        return UTC
-    digits = text[1:].replace(":", "")
-    offset = timedelta(hours=int(digits[:2]), minutes=int(digits[2:] or 0))
-    return timezone(-offset if text[0] == "-" else offset)
 
 
 _SIGNALS = ("pg_terminate_backend", "pg_cancel_backend")

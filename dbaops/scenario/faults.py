@@ -134,8 +134,8 @@ class FileSizeLimit(StrictModel):
     file it writes, a table or index segment, a temporary file, may grow past ``mb``, and
     writes that need more fail with "could not extend file …: File too large" (SQLSTATE
     XX000, HINT: check free disk space) while the server keeps running: a table that cannot
-    grow, as on a full volume. It holds for the rest of the run (an agent's restart keeps it); ``mb: null``
-    lifts it. WAL segments (16 MB) and the log must fit, hence at least 32."""
+    grow, as on a full volume. It holds for the rest of the run (an agent's restart keeps
+    it); ``mb: null`` lifts it. WAL segments (16 MB) and the log must fit, hence at least 32."""
 
     kind: Literal["file_size_limit"] = "file_size_limit"
     server: Server = "primary"

@@ -9,17 +9,13 @@ from typing import Any
 import polars as pl
 
 from dbaops.clock import ScenarioClock
-from dbaops.rundir import read_samples
+from dbaops.rundir import log_line_stamp, read_samples
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
-
-_TS = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) UTC")
 
 
 def _server_lines(path: Path, clock: ScenarioClock, since: float | None) -> list[str]:
     if not path.exists():
         return []
-    from datetime import UTC, datetime
-
     lines = path.read_text(errors="replace").splitlines()
     if since is None:
         return lines
@@ -27,12 +23,9 @@ def _server_lines(path: Path, clock: ScenarioClock, since: float | None) -> list
     out: list[str] = []
     keep = False
     for line in lines:
-        m = _TS.match(line)
-        if m:
-            ts = datetime.strptime(m.group(1).split(".")[0], "%Y-%m-%d %H:%M:%S").replace(
-                tzinfo=UTC
-            )
-            keep = ts.timestamp() >= cutoff - 1
+        stamp = log_line_stamp(line)
+        if stamp is not None:
+            keep = stamp[0] >= cutoff - 1
         if keep:
             out.append(line)
     return out
