@@ -155,6 +155,11 @@ evaluation:
         ),
         ("\nagent: {role: app_rw}\n", ("", ""), ["agent.role", "not a dba role"]),
         (
+            REFERENCE,
+            ("mode: bounded", "mode: bounded\ndifficulty: hard"),
+            ["shallow: a Hard scenario declares the shallow fix"],
+        ),
+        (
             CHECK,
             ('sql: "SELECT true"}', 'sql: "SELECT true", server: standby}'),
             ["evaluation.terminal[0].server", "needs a replica", "database.replica"],

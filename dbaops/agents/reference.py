@@ -30,8 +30,7 @@ def oracle_agent(sc: Scenario, solution: str = "reference") -> ReferenceAgent:
     if chosen is None:
         known = ", ".join(sc.solutions()) or "none"
         raise ValueError(f"scenario {sc.id} declares no {solution} solution (declared: {known})")
-    first_event = min(sc.events, key=lambda e: e.at).id if sc.events else None
-    return ReferenceAgent(chosen, first_event, name=solution)
+    return ReferenceAgent(chosen, sc.first_event_id, name=solution)
 
 
 class ReferenceAgent:

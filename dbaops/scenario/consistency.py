@@ -47,6 +47,23 @@ def _walk(node: Any, where: str) -> Iterator[tuple[str, Any]]:
                 yield from _walk(item, f"{where}.{key}")
 
 
+def _parts(sc: Scenario) -> list[tuple[str, BaseModel]]:
+    """Every model in the scenario's preparation, events, evaluation and workloads, with its
+    path in the file (the part of a scenario that names roles, workloads, servers and SQL)."""
+    sections = {
+        "preparation": sc.preparation,
+        "events": sc.events,
+        "evaluation": sc.evaluation,
+        "workloads": sc.workloads,
+    }
+    return [item for section, node in sections.items() for item in _walk(node, section)]
+
+
+def _solution_label(name: str) -> str:
+    """``reference``, ``shallow`` or ``alternatives[<name>]``: where a solution stands."""
+    return f"alternatives[{name.split(':', 1)[1]}]" if ":" in name else name
+
+
 def _sql_of(model: BaseModel) -> Iterator[tuple[str, str]]:
     for name in _SQL_FIELDS:
         value = getattr(model, name, None)
@@ -58,39 +75,29 @@ def _sql_of(model: BaseModel) -> Iterator[tuple[str, str]]:
                     yield f"{name}[{i}]", item
 
 
-def _sql_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
-    problems: list[str] = []
-    sections = {
-        "preparation": sc.preparation,
-        "events": sc.events,
-        "evaluation": sc.evaluation,
-        "database.extend.transactions": sc.database.extend.transactions,
-        "database.extend.jobs": sc.database.extend.jobs,
-    }
-    for section, node in sections.items():
-        for where, model in _walk(node, section):
-            for field, sql in _sql_of(model):
-                if (problem := sql_problem(sql)) is not None:
-                    problems.append(f"{where}.{field}: {problem}")
-    for name, solution in sc.solutions().items():
-        label = "reference" if name == "reference" else name.replace("reference:", "alternatives:")
-        for i, step in enumerate(solution.steps):
-            step_sql = step.args.get("sql") if step.tool == "execute_sql" else None
-            if isinstance(step_sql, str) and (problem := sql_problem(step_sql)) is not None:
-                problems.append(f"{label}.steps[{i}].args.sql: {problem}")
+def _sql_problems(
+    sc: Scenario, lib: WorkloadLibrary, parts: list[tuple[str, BaseModel]]
+) -> list[str]:
+    problems = [
+        f"{where}.{field}: {problem}"
+        for where, model in parts
+        for field, sql in _sql_of(model)
+        if (problem := sql_problem(sql)) is not None
+    ]
     params = {**lib.params, **sc.database.params}
     date = sc.database.date.isoformat()
     for field in ("schema_sql", "data_sql", "post_sql"):
         script = lib.render(getattr(lib, field), params, sc.database.seed, date)
         if script.strip() and (problem := sql_problem(script)) is not None:
             problems.append(f"database.library {lib.id} (with extend).{field[:-4]}: {problem}")
+    # The library's templates with the scenario's own (database.extend) among them.
     for tname, t in lib.transactions.items():
         for i, st in enumerate(t.statements):
             if (problem := sql_problem(st.sql)) is not None:
-                problems.append(f"library transactions.{tname}.statements[{i}]: {problem}")
+                problems.append(f"transactions.{tname}.statements[{i}].sql: {problem}")
     for jname, job in lib.jobs.items():
         if (problem := sql_problem(job.sql)) is not None:
-            problems.append(f"library jobs.{jname}.sql: {problem}")
+            problems.append(f"jobs.{jname}.sql: {problem}")
     return problems
 
 
@@ -99,23 +106,25 @@ def _reference_problems(sc: Scenario) -> list[str]:
 
     problems: list[str] = []
     events = {e.id: e for e in sc.events}
-    first = min(sc.events, key=lambda e: e.at).id if sc.events else None
     for name, solution in sc.solutions().items():
-        label = name if ":" not in name else f"alternatives[{name.split(':', 1)[1]}]"
         for i, step in enumerate(solution.steps):
-            where = f"{label}.steps[{i}]"
+            where = f"{_solution_label(name)}.steps[{i}]"
             if step.tool not in AGENT_TOOLS:
                 problems.append(
                     f"{where}.tool: unknown tool {step.tool!r} (known: {', '.join(AGENT_TOOLS)})"
                 )
-            if step.tool == "execute_sql" and not isinstance(step.args.get("sql"), str):
-                problems.append(f"{where}.args.sql: execute_sql needs the SQL to run")
+            if step.tool == "execute_sql":
+                sql = step.args.get("sql")
+                if not isinstance(sql, str):
+                    problems.append(f"{where}.args.sql: execute_sql needs the SQL to run")
+                elif (problem := sql_problem(sql)) is not None:
+                    problems.append(f"{where}.args.sql: {problem}")
             if step.tool == "manage_instance" and step.args.get("action") not in ACTIONS:
                 problems.append(
                     f"{where}.args.action: unknown action {step.args.get('action')!r} "
                     f"(known: {', '.join(ACTIONS)})"
                 )
-            event_id = step.event or first
+            event_id = step.event or sc.first_event_id
             if event_id is None:
                 problems.append(f"{where}.event: the scenario has no events, so no task to act on")
                 continue
@@ -132,7 +141,7 @@ def _reference_problems(sc: Scenario) -> list[str]:
     return problems
 
 
-def _check_problems(sc: Scenario) -> list[str]:
+def _check_problems(sc: Scenario, parts: list[tuple[str, BaseModel]]) -> list[str]:
     problems: list[str] = []
     workloads = [w.name for w in sc.workloads]
     groups = {
@@ -155,28 +164,20 @@ def _check_problems(sc: Scenario) -> list[str]:
                         "to them)"
                     )
                 seen.setdefault(check.name, where)
-    for where, model in _walk([sc.preparation, sc.events, sc.evaluation], ""):
+    for where, model in parts:
         wname = getattr(model, "workload", None)
         if isinstance(wname, str) and getattr(model, "check", None) is not None:
             if wname not in workloads:
                 problems.append(
-                    f"{_tidy(where)}.workload: unknown workload {wname!r} "
+                    f"{where}.workload: unknown workload {wname!r} "
                     f"(workloads: {', '.join(workloads) or 'none'})"
                 )
     return problems
 
 
-def _tidy(where: str) -> str:
-    """Paths from the list walk start with an index into [preparation, events, evaluation]."""
-    for i, head in enumerate(("preparation", "events", "evaluation")):
-        prefix = f"[{i}]"
-        if where.startswith(prefix):
-            rest = where[len(prefix) :]
-            return head + (rest if head != "events" else rest.lstrip("."))
-    return where
-
-
-def _library_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
+def _library_problems(
+    sc: Scenario, lib: WorkloadLibrary, parts: list[tuple[str, BaseModel]]
+) -> list[str]:
     problems: list[str] = []
     roles = {r.name for r in lib.roles} | {"postgres"}
     for i, w in enumerate(sc.workloads):
@@ -196,11 +197,11 @@ def _library_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
                     )
     for p in sorted(set(sc.database.params) - set(lib.params)):
         problems.append(f"database.params.{p}: unknown parameter (known: {sorted(lib.params)})")
-    for where, model in _walk([sc.preparation, sc.events, sc.evaluation], ""):
+    for where, model in parts:
         role = getattr(model, "role", None)
         if isinstance(role, str) and role not in roles:
             problems.append(
-                f"{_tidy(where)}.role: unknown role {role!r} (known: {', '.join(sorted(roles))})"
+                f"{where}.role: unknown role {role!r} (known: {', '.join(sorted(roles))})"
             )
     for kind, templates in (("transactions", lib.transactions), ("jobs", lib.jobs)):
         for tname, template in templates.items():
@@ -218,39 +219,40 @@ def _library_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
     return problems
 
 
-def _replica_problems(sc: Scenario) -> list[str]:
+def _replica_problems(sc: Scenario, parts: list[tuple[str, BaseModel]]) -> list[str]:
     """Parts on the standby need the replica profile, and the standby is made only after
     construction and preconditions (it is a copy of the prepared primary)."""
     problems: list[str] = []
-    nodes = {
-        "preparation": sc.preparation,
-        "events": sc.events,
-        "evaluation": sc.evaluation,
-        "workloads": sc.workloads,
-    }
-    for section, node in nodes.items():
-        for where, model in _walk(node, section):
-            if getattr(model, "server", "primary") != "standby":
-                continue
-            if sc.database.replica is None:
-                problems.append(
-                    f"{where}.server: 'standby' needs a replica (declare database.replica)"
-                )
-            elif where.startswith(("preparation.construction", "preparation.preconditions")):
-                problems.append(
-                    f"{where}.server: the standby is made after construction and preconditions; "
-                    "act on it from preparation.activation or an event"
-                )
+    for where, model in parts:
+        if getattr(model, "server", "primary") != "standby":
+            continue
+        if sc.database.replica is None:
+            problems.append(f"{where}.server: 'standby' needs a replica (declare database.replica)")
+        elif where.startswith(("preparation.construction", "preparation.preconditions")):
+            problems.append(
+                f"{where}.server: the standby is made after construction and preconditions; "
+                "act on it from preparation.activation or an event"
+            )
     return problems
+
+
+def _solution_problems(sc: Scenario) -> list[str]:
+    """A Hard bounded scenario declares its reflex fix, so validation can show the verifier
+    rejects it (paper §4.2; a persistent scenario is Hard at corpus level)."""
+    if sc.mode == "bounded" and sc.difficulty == "hard" and sc.shallow is None:
+        return ["shallow: a Hard scenario declares the shallow fix that must fail Outcome"]
+    return []
 
 
 def scenario_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
     """Every cross-reference and SQL problem of ``sc`` against its (extended) library."""
+    parts = _parts(sc)
     return [
-        *_library_problems(sc, lib),
-        *_check_problems(sc),
+        *_library_problems(sc, lib, parts),
+        *_check_problems(sc, parts),
         *check_placement_problems(sc),
         *_reference_problems(sc),
-        *_replica_problems(sc),
-        *_sql_problems(sc, lib),
+        *_solution_problems(sc),
+        *_replica_problems(sc, parts),
+        *_sql_problems(sc, lib, parts),
     ]

@@ -17,7 +17,7 @@ from dbaops.evaluation.diagnosis_models import DiagnosisSpec
 from dbaops.evaluation.difficulty import DifficultySpec
 from dbaops.evaluation.safety_contract import SafetyContract
 from dbaops.scenario.checks import CheckSpec
-from dbaops.scenario.faults import FaultSpec
+from dbaops.scenario.faults import FaultSpec, Server
 from dbaops.workloads.spec import LibraryExtension, StrictModel
 
 #: The scenario file format this code reads; older files are migrated on load
@@ -50,7 +50,7 @@ class _Workload(StrictModel):
         description="what the client calls itself (default: <name>-service, "
         "<name>-reports for OLAP, <name>-worker for background noise)",
     )
-    server: Literal["primary", "standby"] = Field(
+    server: Server = Field(
         default="primary", description="standby: the workload reads from the replica"
     )
 
@@ -441,6 +441,11 @@ class Scenario(StrictModel):
         if self.mode == "persistent":
             return max(50, int(self.time_budget_s // 20))
         return 50
+
+    @property
+    def first_event_id(self) -> str | None:
+        """The event a reference step without ``event`` answers (the earliest)."""
+        return min(self.events, key=lambda e: e.at).id if self.events else None
 
     def solutions(self) -> dict[str, ReferenceSolution]:
         """The oracle solutions by agent name: ``reference``, ``reference:<name>`` for each
