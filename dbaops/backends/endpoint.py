@@ -111,8 +111,11 @@ class Endpoint(BaseModel):
         application_name: str,
         size: int,
         database: str | None = None,
-        max_queries: int = 50000,
+        max_queries: int | None = None,
     ) -> asyncpg.Pool:
+        """A pool of ``role``'s connections; ``max_queries`` replaces a connection after that
+        many statements (default: asyncpg's)."""
+        recycle = {} if max_queries is None else {"max_queries": max_queries}
         return await asyncpg.create_pool(
             host=self.host,
             port=self.port,
@@ -122,7 +125,7 @@ class Endpoint(BaseModel):
             server_settings={"application_name": application_name},
             min_size=0,
             max_size=size,
-            max_queries=max_queries,
+            **recycle,
             ssl=self.ssl,
             reset=_light_reset,
         )

@@ -552,14 +552,14 @@ def schema() -> None:
 @app.command()
 def check(paths: Annotated[list[Path], typer.Argument(help="scenario files to validate")]) -> None:
     """Validate scenario files; prints one clear error per problem."""
-    from dbaops.scenario.loader import ScenarioError, load_scenario, read_scenario
+    from dbaops.scenario.loader import ScenarioError, check_scenario
 
     bad = 0
     for p in paths:
         try:
-            load_scenario(p)
+            notes = check_scenario(p)[3]
             console.print(f"ok  {p}")
-            for note in read_scenario(p)[1]:
+            for note in notes:
                 console.print(f"    note: {note}")
         except ScenarioError as exc:
             bad += 1

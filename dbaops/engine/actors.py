@@ -32,16 +32,6 @@ from dbaops.scenario.faults import (
     SqlFault,
 )
 
-#: Fault kinds that are in place when they return (the event program awaits them inline).
-ONE_SHOT_FAULTS = (
-    "sql",
-    "set_setting",
-    "instance",
-    "edit_config",
-    "signal_process",
-    "file_size_limit",
-)
-
 log = structlog.get_logger(__name__)
 
 

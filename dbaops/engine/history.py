@@ -22,10 +22,13 @@ import polars as pl
 
 from dbaops.backends.endpoint import Endpoint
 from dbaops.clock import ScenarioClock
-from dbaops.engine.metrics import METRIC_SCHEMA, MetricSampler
+from dbaops.engine.metrics import METRIC_SCHEMA, harness_sampler
 from dbaops.rundir import ParquetParts, read_parts
-from dbaops.scenario.model import BackgroundWorkload, History, OltpWorkload, Scenario
-from dbaops.workloads.drivers import BackgroundDriver, OltpDriver
+from dbaops.scenario.model import (
+    History,
+    Scenario,
+)
+from dbaops.workloads.drivers import scenario_drivers
 from dbaops.workloads.samples import SAMPLE_SCHEMA
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import WorkloadLibrary
@@ -34,7 +37,7 @@ METRICS_FILE = "metrics.parquet"
 SAMPLES_FILE = "samples.parquet"
 
 #: Time columns of the two tables (shifted when a run takes the history in).
-_SAMPLE_TIMES = ("scheduled_s", "start_s", "end_s", "deadline_s")
+_SAMPLE_TIMES = ("scheduled_s", "start_s", "end_s")
 _METRIC_TIMES = ("t_s",)
 
 
@@ -65,29 +68,19 @@ async def record_history(
     sample_parts = ParquetParts(out_dir / "samples", out_dir / SAMPLES_FILE, SAMPLE_SCHEMA)
     metric_parts = ParquetParts(out_dir / "metrics", out_dir / METRICS_FILE, METRIC_SCHEMA)
     sink = SampleSink(sample_parts, recent_s=60.0)
-
-    async def connect() -> Any:
-        return await endpoint.harness_connect()
-
-    sampler = MetricSampler(
-        connect,
+    sampler = harness_sampler(endpoint, clock, metric_parts, interval_s=history.sample_every_s)
+    drivers = scenario_drivers(
+        sc.history_workloads(),
+        lib,
+        {**lib.params, **sc.database.params},
+        endpoint,
+        None,
         clock,
-        metric_parts,
-        database=endpoint.database,
-        interval_s=history.sample_every_s,
+        sink,
+        sc.database.seed,
+        history.duration_s,
+        {},
     )
-    params = {**lib.params, **sc.database.params}
-    drivers: list[OltpDriver | BackgroundDriver] = []
-    for w in sc.workloads:
-        if w.server != "primary":
-            continue  # the standby does not exist yet
-        if isinstance(w, OltpWorkload):
-            spec = w.model_copy(update={"start_s": None, "stop_s": None})
-            drivers.append(OltpDriver(spec, lib, params, endpoint, clock, sink, sc.database.seed))
-        elif isinstance(w, BackgroundWorkload):
-            drivers.append(
-                BackgroundDriver(w, lib, params, endpoint, clock, sink, sc.database.seed)
-            )
     clock.restart(-history.duration_s)
     async with anyio.create_task_group() as tg:
         tg.start_soon(sink.run_flusher)
@@ -113,8 +106,7 @@ def _fresh_dir(path: Path) -> None:
 
 
 def _shifted(frame: pl.DataFrame, columns: tuple[str, ...], by_s: float) -> pl.DataFrame:
-    present = [c for c in columns if c in frame.columns]
-    return frame.with_columns([(pl.col(c) + by_s) for c in present])
+    return frame.with_columns([(pl.col(c) + by_s) for c in columns])
 
 
 def load_history(directory: Path, ends_at_s: float) -> tuple[pl.DataFrame, pl.DataFrame]:

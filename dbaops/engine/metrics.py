@@ -67,6 +67,7 @@ import asyncpg
 import polars as pl
 import structlog
 
+from dbaops.backends.endpoint import Endpoint
 from dbaops.clock import ScenarioClock
 from dbaops.engine.metrics_query import (
     MetricInfo,
@@ -153,6 +154,17 @@ def _is_connection_error(exc: BaseException) -> bool:
         state = str(getattr(exc, "sqlstate", "") or "")
         return state.startswith(("57", "08"))  # operator intervention, connection exception
     return False
+
+
+def harness_sampler(
+    endpoint: Endpoint, clock: ScenarioClock, parts: ParquetParts, interval_s: float = 1.0
+) -> MetricSampler:
+    """A sampler of ``endpoint``'s database on hidden harness connections, writing ``parts``."""
+
+    async def connect() -> Any:
+        return await endpoint.harness_connect()
+
+    return MetricSampler(connect, clock, parts, database=endpoint.database, interval_s=interval_s)
 
 
 class MetricSampler:

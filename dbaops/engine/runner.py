@@ -31,12 +31,12 @@ from dbaops.agents.reference import oracle_agent
 from dbaops.backends.endpoint import Endpoint
 from dbaops.backends.postgres.osuser import running_as_root
 from dbaops.clock import ScenarioClock
-from dbaops.engine.actors import ONE_SHOT_FAULTS, ActorContext, StandbyAccess, run_fault
+from dbaops.engine.actors import ActorContext, StandbyAccess, run_fault
 from dbaops.engine.backend import PostgresBackend, embedded_backend, external_backend
 from dbaops.engine.checks import CheckSources, evaluate_check
 from dbaops.engine.fixture import build_fixture
 from dbaops.engine.history import effective_history, load_history, record_history
-from dbaops.engine.metrics import METRIC_SCHEMA, MetricSampler
+from dbaops.engine.metrics import METRIC_SCHEMA, MetricSampler, harness_sampler
 from dbaops.engine.serverlog import ServerLogFollower
 from dbaops.mailbox import Mailbox
 from dbaops.models.errors import InfraError
@@ -53,11 +53,9 @@ from dbaops.rundir import ParquetParts, RunDir, TraceWriter
 from dbaops.scenario.checks import CheckSpec, ReportCheck
 from dbaops.scenario.loader import load_scenario, preparation_key, timelines_dir
 from dbaops.scenario.model import (
-    BackgroundWorkload,
     Event,
     History,
     OlapWorkload,
-    OltpWorkload,
     ReplicaSpec,
     Scenario,
 )
@@ -68,7 +66,7 @@ from dbaops.tools.catalog import (
 )
 from dbaops.tools.recording import ToolRecorder
 from dbaops.tools.sql import SqlSession
-from dbaops.workloads.drivers import BackgroundDriver, OlapDriver, OltpDriver, result_hash
+from dbaops.workloads.drivers import result_hash, scenario_drivers
 from dbaops.workloads.samples import SAMPLE_SCHEMA
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import WorkloadLibrary
@@ -194,7 +192,7 @@ async def _prepare_state(
     )
     trace.write(PhaseRecord(phase="build_fixture", duration_s=build_s, detail={"params": params}))
     history_summary: dict[str, Any] | None = None
-    if history is not None and cluster is not None:
+    if history is not None and cluster is not None:  # (no history without the embedded cluster)
         t1 = time.monotonic()
         history_summary = await record_history(
             sc, lib, endpoint, history, cluster.root / "history-staging"
@@ -225,8 +223,6 @@ async def _prepare_state(
         raise NotManifested(f"preconditions failed after preparation: {', '.join(failed)}")
     if sc.database.replica is not None:
         await _make_standby(sc.database.replica, backend, trace)
-    elif cluster is not None:
-        await cluster.drop_standby()
     expected = await _expected_results(sc, lib, endpoint)
     meta = {
         "key": key,
@@ -374,10 +370,10 @@ async def _event_program(
             detail["alert_condition"] = rec.passed
         if ev.fault is not None:
             fault_ctx = replace(ctx, label=ev.id)
-            if ev.fault.kind in ONE_SHOT_FAULTS:
-                await run_fault(ev.fault, fault_ctx)
-            else:
+            if ev.fault.live:  # an actor: it runs beside the program
                 tg.start_soon(run_fault, ev.fault, fault_ctx)
+            else:  # one-shot: in place when it returns
+                await run_fault(ev.fault, fault_ctx)
         trace.write(
             EventRecord(
                 t_scn=clock.now(),
@@ -403,35 +399,6 @@ def _agent_sql_session(sc: Scenario, endpoint: Endpoint) -> SqlSession:
         max_rows=sc.agent.max_rows,
         monitor=endpoint,
     )
-
-
-def _drivers(
-    sc: Scenario,
-    lib: WorkloadLibrary,
-    endpoint: Endpoint,
-    clock: ScenarioClock,
-    sink: SampleSink,
-    seed: int,
-    horizon_s: float,
-    expected: dict[str, str],
-    standby: Endpoint | None,
-) -> list[OltpDriver | OlapDriver | BackgroundDriver]:
-    params = {**lib.params, **sc.database.params}
-    out: list[OltpDriver | OlapDriver | BackgroundDriver] = []
-    primary = endpoint
-    for w in sc.workloads:
-        endpoint = primary
-        if w.server == "standby":
-            if standby is None:
-                raise ValueError(f"workload {w.name!r} reads from the standby; the run has none")
-            endpoint = standby
-        if isinstance(w, OltpWorkload):
-            out.append(OltpDriver(w, lib, params, endpoint, clock, sink, seed))
-        elif isinstance(w, OlapWorkload):
-            out.append(OlapDriver(w, lib, endpoint, clock, sink, horizon_s, expected))
-        elif isinstance(w, BackgroundWorkload):
-            out.append(BackgroundDriver(w, lib, params, endpoint, clock, sink, seed))
-    return out
 
 
 def _versions(server_version: str) -> dict[str, str]:
@@ -724,16 +691,17 @@ async def run_scenario(
             clock.restart(-sc.preparation.warmup_s)
             if sampler is not None:
                 tg.start_soon(sampler.run)
-            for driver in _drivers(
-                sc,
+            for driver in scenario_drivers(
+                sc.workloads,
                 lib,
+                {**lib.params, **sc.database.params},
                 endpoint,
+                standby_endpoint,
                 clock,
                 sink,
                 seed,
                 drivers_horizon,
                 meta["expected_results"],
-                standby_endpoint,
             ):
                 tg.start_soon(driver.run)
             monitor.phase = "warm-up"
@@ -920,11 +888,7 @@ def _metric_sampler(
     rd: RunDir, endpoint: Endpoint, clock: ScenarioClock
 ) -> tuple[MetricSampler, ParquetParts]:
     parts = ParquetParts(rd.metrics_dir, rd.path / "metrics.parquet", METRIC_SCHEMA)
-
-    async def connect() -> Any:
-        return await endpoint.harness_connect()
-
-    return MetricSampler(connect, clock, parts, database=endpoint.database), parts
+    return harness_sampler(endpoint, clock, parts), parts
 
 
 async def _integrity_probes(

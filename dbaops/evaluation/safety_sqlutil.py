@@ -163,27 +163,14 @@ def clip(text: str, limit: int = MAX_TEXT) -> str:
 def const_value(node: Any) -> Any:
     """Python value of a constant expression or ``NOT_CONST``.
 
-    Handles ``A_Const`` (string, integer, float, boolean, NULL), casts of constants
-    (``'123'::int``) and unary minus of a numeric constant.
+    Handles ``A_Const`` (string, integer, float, boolean, NULL) and the bare number nodes of
+    option lists (``RESTART WITH 9000000000``), casts of constants (``'123'::int``) and unary
+    minus of a numeric constant. A whole number beyond int4 (a ``Float`` node) stays exact.
     """
     if isinstance(node, ast.A_Const):
-        if node.isnull:
-            return None
-        val = node.val
-        if isinstance(val, ast.String):
-            return val.sval
-        if isinstance(val, ast.Integer):
-            return val.ival
-        if isinstance(val, ast.Float):
-            try:
-                return float(val.fval or "nan")
-            except ValueError:
-                return NOT_CONST
-        if isinstance(val, ast.Boolean):
-            return bool(val.boolval)
-        if isinstance(val, ast.BitString):
-            return val.bsval
-        return NOT_CONST
+        return None if node.isnull else _scalar(node.val)
+    if isinstance(node, ast.Integer | ast.Float):
+        return _scalar(node)
     if isinstance(node, ast.TypeCast):
         return const_value(node.arg)
     if (
@@ -195,6 +182,28 @@ def const_value(node: Any) -> Any:
         inner = const_value(node.rexpr)
         if isinstance(inner, int | float) and not isinstance(inner, bool):
             return -inner
+    return NOT_CONST
+
+
+def _scalar(val: Any) -> Any:
+    if isinstance(val, ast.String):
+        return val.sval
+    if isinstance(val, ast.Integer):
+        return val.ival
+    if isinstance(val, ast.Float):
+        text = val.fval or "nan"
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            return float(text)
+        except ValueError:
+            return NOT_CONST
+    if isinstance(val, ast.Boolean):
+        return bool(val.boolval)
+    if isinstance(val, ast.BitString):
+        return val.bsval
     return NOT_CONST
 
 
@@ -214,29 +223,10 @@ def const_int(node: Any) -> int | None:
 
 
 def numeric_int(node: Any) -> int | None:
-    """An integer literal of any size: ``A_Const``, a bare ``Integer``/``Float`` (as in
-    ``ALTER SEQUENCE ... RESTART WITH 9000000000``), a cast of one or its negation; None
-    for anything else, fractions included."""
-    if isinstance(node, ast.TypeCast):
-        return numeric_int(node.arg)
-    if isinstance(node, ast.A_Const) and not node.isnull:
-        return numeric_int(node.val)
-    if isinstance(node, ast.Integer):
-        return node.ival
-    if isinstance(node, ast.Float):
-        try:
-            return int(node.fval or "")
-        except ValueError:
-            return None
-    if (
-        isinstance(node, ast.A_Expr)
-        and node.kind == enums.A_Expr_Kind.AEXPR_OP
-        and node.lexpr is None
-        and name_list(node.name) == ["-"]
-    ):
-        inner = numeric_int(node.rexpr)
-        return None if inner is None else -inner
-    return None
+    """A whole-number literal of any size (``A_Const`` or a bare number node, a cast of one or
+    its negation); None for anything else, fractions and strings included."""
+    value = const_value(node)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def const_text(node: Any) -> str | None:

@@ -6,7 +6,7 @@ unknown fault fails at load time with the known alternatives.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -16,11 +16,18 @@ from dbaops.workloads.spec import StrictModel
 Server = Literal["primary", "standby"]
 
 
-class SqlFault(StrictModel):
+class _Fault(StrictModel):
+    """What every fault has: the server it acts on, and whether it is a live actor (it runs
+    beside the event program until its duration ends) or one-shot (in place when it returns)."""
+
+    live: ClassVar[bool] = False
+    server: Server = "primary"
+
+
+class SqlFault(_Fault):
     """Run SQL once as a role (e.g. a bad ALTER, a batch update)."""
 
     kind: Literal["sql"] = "sql"
-    server: Server = "primary"
     role: str = "postgres"
     database: str | None = None  # default: the fixture database
     application_name: str = "psql"
@@ -28,7 +35,7 @@ class SqlFault(StrictModel):
     in_transaction: bool = False
 
 
-class HoldTransaction(StrictModel):
+class HoldTransaction(_Fault):
     """A session that opens a transaction, runs statements, then holds it (locks, snapshot).
 
     ``duration_s`` is scenario time (None: until the end of the run). ``idle`` keeps the session
@@ -36,7 +43,7 @@ class HoldTransaction(StrictModel):
     """
 
     kind: Literal["hold_transaction"] = "hold_transaction"
-    server: Server = "primary"
+    live: ClassVar[bool] = True
     role: str = "postgres"
     database: str | None = None
     application_name: str
@@ -48,11 +55,11 @@ class HoldTransaction(StrictModel):
     protected: bool = False
 
 
-class LoadActor(StrictModel):
+class LoadActor(_Fault):
     """Background load: ``sessions`` loops running ``statements`` for ``duration_s``."""
 
     kind: Literal["load"] = "load"
-    server: Server = "primary"
+    live: ClassVar[bool] = True
     role: str = "postgres"
     database: str | None = None
     application_name: str = "psql"
@@ -63,11 +70,11 @@ class LoadActor(StrictModel):
     protected: bool = False
 
 
-class IdleConnections(StrictModel):
+class IdleConnections(_Fault):
     """Open ``count`` idle sessions as a role and keep them (connection pressure)."""
 
     kind: Literal["idle_connections"] = "idle_connections"
-    server: Server = "primary"
+    live: ClassVar[bool] = True
     role: str
     database: str | None = None
     application_name: str = "psql"
@@ -78,25 +85,23 @@ class IdleConnections(StrictModel):
     )
 
 
-class SetSetting(StrictModel):
+class SetSetting(_Fault):
     """ALTER SYSTEM SET name = value, then reload (or restart when ``restart``)."""
 
     kind: Literal["set_setting"] = "set_setting"
-    server: Server = "primary"
     name: str
     value: str
     restart: bool = False
 
 
-class InstanceControl(StrictModel):
+class InstanceControl(_Fault):
     """Stop, start or restart the server (embedded backend only)."""
 
     kind: Literal["instance"] = "instance"
-    server: Server = "primary"
     action: Literal["stop", "start", "restart"]
 
 
-class EditConfig(StrictModel):
+class EditConfig(_Fault):
     """Edit a configuration file in the data directory as an operator's hand edit would
     (embedded backend only): comment out lines matching ``comment_out``, add ``prepend`` lines
     at the top (``pg_hba.conf`` is first-match) and ``append`` lines at the end, then reload,
@@ -104,7 +109,6 @@ class EditConfig(StrictModel):
     ``pg_hba.conf`` edit should name the roles it means."""
 
     kind: Literal["edit_config"] = "edit_config"
-    server: Server = "primary"
     file: Literal["postgresql.conf", "pg_hba.conf"]
     append: list[str] = Field(default_factory=list)
     prepend: list[str] = Field(default_factory=list)
@@ -112,7 +116,7 @@ class EditConfig(StrictModel):
     then: Literal["reload", "restart", "nothing"] = "reload"
 
 
-class SignalProcess(StrictModel):
+class SignalProcess(_Fault):
     """Send an OS signal to server processes (embedded backend only): ``KILL`` crashes one (a
     killed backend or auxiliary process makes the postmaster restart every session), ``STOP``
     freezes it (it holds its locks and answers no cancel), ``CONT`` resumes it, ``TERM`` ends a
@@ -121,7 +125,6 @@ class SignalProcess(StrictModel):
     the oldest."""
 
     kind: Literal["signal_process"] = "signal_process"
-    server: Server = "primary"
     signal: Literal["KILL", "TERM", "STOP", "CONT", "QUIT", "INT"]
     backend_type: str = "client backend"
     application_name: str | None = None
@@ -129,7 +132,7 @@ class SignalProcess(StrictModel):
     every: bool = False
 
 
-class FileSizeLimit(StrictModel):
+class FileSizeLimit(_Fault):
     """Restart the server under a file-size limit (RLIMIT_FSIZE; embedded backend only): no
     file it writes, a table or index segment, a temporary file, may grow past ``mb``, and
     writes that need more fail with "could not extend file …: File too large" (SQLSTATE
@@ -138,7 +141,6 @@ class FileSizeLimit(StrictModel):
     it); ``mb: null`` lifts it. WAL segments (16 MB) and the log must fit, hence at least 32."""
 
     kind: Literal["file_size_limit"] = "file_size_limit"
-    server: Server = "primary"
     mb: int | None = Field(ge=32, description="the limit in MiB (null: none)")
 
 

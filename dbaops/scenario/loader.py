@@ -198,18 +198,24 @@ def scenario_library(sc: Scenario, path: Path) -> WorkloadLibrary:
 
 def load_scenario(ref: str | Path) -> tuple[Scenario, WorkloadLibrary, Path]:
     """Load a scenario by id (from the timelines library) or by path; validate it fully."""
+    sc, lib, path, _ = check_scenario(ref)
+    return sc, lib, path
+
+
+def check_scenario(ref: str | Path) -> tuple[Scenario, WorkloadLibrary, Path, list[str]]:
+    """:func:`load_scenario`, with the notes on what loading it changed (a migrated format)."""
     path = Path(ref)
     if not path.suffix:
         path = timelines_dir() / f"{ref}.yaml"
         if not path.exists():
             known = [p.stem for p in sorted(timelines_dir().glob("*.yaml"))]
             raise ScenarioError(path, [f"unknown scenario {str(ref)!r} (known: {known})"])
-    sc, _ = read_scenario(path)
+    sc, notes = read_scenario(path)
     lib = scenario_library(sc, path)
     problems = scenario_problems(sc, lib)
     if problems:
         raise ScenarioError(path, problems)
-    return sc, lib, path
+    return sc, lib, path, notes
 
 
 def list_scenarios(directory: Path | None = None) -> list[tuple[Path, Scenario | ScenarioError]]:
@@ -242,11 +248,13 @@ def preparation_key(
         "server": server_version,
         "fixture_version": FIXTURE_VERSION,
     }
-    if history is not None:  # the history's workloads shape the snapshot too
+    if history is not None:  # the history's workloads and their templates shape it too
+        runs = sc.history_workloads()
+        used = sorted({t for w in runs for t in w.mix})
         payload["history"] = history.model_dump(mode="json")
-        payload["history_workloads"] = [w.model_dump(mode="json") for w in sc.workloads]
+        payload["history_workloads"] = [w.model_dump(mode="json") for w in runs]
         payload["history_templates"] = {
-            name: t.model_dump(mode="json") for name, t in sorted(lib.transactions.items())
+            t: lib.transactions[t].model_dump(mode="json") for t in used
         }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 

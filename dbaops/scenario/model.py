@@ -447,6 +447,18 @@ class Scenario(StrictModel):
         """The event a reference step without ``event`` answers (the earliest)."""
         return min(self.events, key=lambda e: e.at).id if self.events else None
 
+    def history_workloads(self) -> list[OltpWorkload | BackgroundWorkload]:
+        """The workloads a history runs (``preparation.history``): OLTP and background ones on
+        the primary (the standby does not exist yet), for the whole history (no start or
+        stop times)."""
+        return [
+            w.model_copy(update={"start_s": None, "stop_s": None})
+            if isinstance(w, OltpWorkload)
+            else w
+            for w in self.workloads
+            if w.server == "primary" and isinstance(w, OltpWorkload | BackgroundWorkload)
+        ]
+
     def solutions(self) -> dict[str, ReferenceSolution]:
         """The oracle solutions by agent name: ``reference``, ``reference:<name>`` for each
         alternative, ``shallow``."""

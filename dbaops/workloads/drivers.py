@@ -27,6 +27,7 @@ from dbaops.scenario.model import (
     OlapJob,
     OlapWorkload,
     OltpWorkload,
+    WorkloadSpec,
 )
 from dbaops.workloads.samples import Outcome
 from dbaops.workloads.sink import SampleSink
@@ -59,7 +60,9 @@ def result_hash(rows: Sequence[Any]) -> str:
 class _Pools:
     """One asyncpg pool per role, created lazily."""
 
-    def __init__(self, endpoint: Endpoint, app: str, size: int, max_queries: int = 50000) -> None:
+    def __init__(
+        self, endpoint: Endpoint, app: str, size: int, max_queries: int | None = None
+    ) -> None:
         self._endpoint = endpoint
         self._app = app
         self._size = size
@@ -182,7 +185,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
     ) -> None:
         super().__init__(spec, library, params, endpoint, clock, sink, seed)
         self.pools = _Pools(
-            endpoint, spec.app_name, spec.connections, spec.client.recycle_after_queries or 50000
+            endpoint, spec.app_name, spec.connections, spec.client.recycle_after_queries
         )
         self.inflight = 0
         self.rate_factor = 1.0
@@ -539,3 +542,35 @@ class BackgroundDriver(_TemplateDriver[BackgroundWorkload]):
         finally:
             if conn is not None:
                 conn.terminate()
+
+
+Driver = OltpDriver | OlapDriver | BackgroundDriver
+
+
+def scenario_drivers(
+    workloads: Sequence[WorkloadSpec],
+    library: WorkloadLibrary,
+    params: dict[str, int],
+    primary: Endpoint,
+    standby: Endpoint | None,
+    clock: ScenarioClock,
+    sink: SampleSink,
+    seed: int,
+    horizon_s: float,
+    expected: dict[str, str],
+) -> list[Driver]:
+    """A driver for each workload, on the server it names (``server: standby``: the replica)."""
+    out: list[Driver] = []
+    for w in workloads:
+        endpoint = primary
+        if w.server == "standby":
+            if standby is None:
+                raise ValueError(f"workload {w.name!r} reads from the standby; the run has none")
+            endpoint = standby
+        if isinstance(w, OltpWorkload):
+            out.append(OltpDriver(w, library, params, endpoint, clock, sink, seed))
+        elif isinstance(w, OlapWorkload):
+            out.append(OlapDriver(w, library, endpoint, clock, sink, horizon_s, expected))
+        else:
+            out.append(BackgroundDriver(w, library, params, endpoint, clock, sink, seed))
+    return out

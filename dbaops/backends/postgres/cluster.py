@@ -349,9 +349,7 @@ class PostgresCluster:
         await self.stop(mode="immediate")
         await self.drop_standby()
         self.file_size_limit_bytes = None
-        for segment in self.archive_dir.glob("*"):
-            if segment.is_file():
-                segment.unlink()
+        self._clear_archive()
         await self._initdb({})
         await self.start()
 
@@ -368,19 +366,22 @@ class PostgresCluster:
                     pass
 
     def _server_processes(self) -> list[int]:
-        try:
-            postmaster = int((self.datadir / "postmaster.pid").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
+        """The postmaster and its children (empty when the server is not running)."""
+        postmaster = self._postmaster_pid()
+        if postmaster is None:
             return []
-        out = [postmaster]
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if int(fields[1]) == postmaster:
-                out.append(int(stat.parent.name))
-        return out
+        children = [
+            int(stat.parent.name)
+            for stat in Path("/proc").glob("[0-9]*/stat")
+            if _parent_pid(stat) == postmaster
+        ]
+        return [postmaster, *children]
+
+    def _postmaster_pid(self) -> int | None:
+        try:
+            return int((self.datadir / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
 
     async def drop_standby(self) -> None:
         if self.standby is not None:
@@ -414,14 +415,10 @@ class PostgresCluster:
         os.kill(pid, getattr(signal, f"SIG{signal_name}"))
 
     def _is_server_process(self, pid: int) -> bool:
-        pidfile = self.datadir / "postmaster.pid"
-        try:
-            postmaster = int(pidfile.read_text().split()[0])
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except (OSError, ValueError, IndexError):
-            return False
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        return pid == postmaster or parent == postmaster
+        postmaster = self._postmaster_pid()
+        return postmaster is not None and (
+            pid == postmaster or _parent_pid(Path(f"/proc/{pid}/stat")) == postmaster
+        )
 
     async def connect(
         self, user: str = "postgres", database: str = "postgres", application_name: str = "dbaops"
@@ -498,11 +495,7 @@ class PostgresCluster:
             await self.standby.stop(mode="immediate")
         if self.datadir.exists():
             shutil.rmtree(self.datadir)
-        # WAL segment names repeat after a restore; archived segments of an earlier run would
-        # make `test ! -f` fail and the restored server's archiving with it.
-        for segment in self.archive_dir.glob("*"):
-            if segment.is_file():
-                segment.unlink()
+        self._clear_archive()
         await self._run(
             "cp", "-a", str(self.snapshot_root / name / "data"), str(self.datadir), as_service=False
         )
@@ -525,5 +518,20 @@ class PostgresCluster:
             await standby.start()
         return time.monotonic() - t0
 
+    def _clear_archive(self) -> None:
+        # WAL segment names repeat after a restore or initdb; archived segments of an earlier
+        # run would make `test ! -f` fail and the server's archiving with it.
+        for segment in self.archive_dir.glob("*"):
+            if segment.is_file():
+                segment.unlink()
+
     def drop_snapshot(self, name: str) -> None:
         shutil.rmtree(self.snapshot_root / name, ignore_errors=True)
+
+
+def _parent_pid(stat: Path) -> int | None:
+    """The parent pid from ``/proc/<pid>/stat`` (None if the process is gone)."""
+    try:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
