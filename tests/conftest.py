@@ -59,6 +59,18 @@ def _stop_all_clusters() -> None:
     subprocess.run(["sleep", "1"], check=False)
 
 
+def _unmount_volumes() -> None:
+    """Unmount loop-mounted tablespace volumes a failed test may have left under the home."""
+    import subprocess
+
+    with open("/proc/self/mounts") as fh:
+        points = [line.split()[1] for line in fh if len(line.split()) > 1]
+    for point in sorted(points, reverse=True):
+        if point.startswith(f"{_HOME}/"):
+            subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _stop_all_clusters()
+    _unmount_volumes()
     shutil.rmtree(_HOME, ignore_errors=True)

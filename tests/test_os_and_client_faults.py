@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,12 +13,13 @@ import polars as pl
 import pytest
 
 from dbaops.backends.endpoint import Endpoint
-from dbaops.backends.postgres.cluster import PostgresCluster
+from dbaops.backends.postgres.cluster import ClusterError, PostgresCluster
+from dbaops.backends.postgres.volumes import volume_support_problem
 from dbaops.clock import ScenarioClock
 from dbaops.engine.actors import ActorContext, FaultError, run_fault
 from dbaops.evaluation.score import server_crashed
 from dbaops.records import ActorRecord, Record
-from dbaops.scenario.faults import EditConfig, FileSizeLimit, SignalProcess
+from dbaops.scenario.faults import EditConfig, FileSizeLimit, SignalProcess, TablespaceVolume
 from dbaops.scenario.loader import ScenarioError, load_scenario
 from dbaops.scenario.model import OltpWorkload
 from dbaops.workloads.drivers import OltpDriver
@@ -364,3 +366,99 @@ async def test_under_a_file_size_limit_a_table_cannot_grow_and_the_server_keeps_
         )
     finally:
         await conn.close()
+
+
+async def _fill(conn: asyncpg.Connection) -> asyncpg.PostgresError:
+    """Insert into ``archive`` until the volume is full; returns the error that stopped it."""
+    while True:
+        try:
+            await conn.execute(
+                "INSERT INTO archive SELECT repeat('x', 500) FROM generate_series(1, 2000)"
+            )
+        except asyncpg.PostgresError as exc:
+            return exc
+
+
+async def test_a_tablespace_volume_fills_for_real_and_snapshots_carry_it(
+    own_cluster: PostgresCluster,
+) -> None:
+    try:
+        await run_fault(
+            TablespaceVolume(name="archive_space", size_mb=12), _context(own_cluster, Records())
+        )
+        assert own_cluster.volumes.is_mounted("archive_space")
+        conn = await own_cluster.connect()
+        try:
+            await conn.execute("CREATE TABLE archive (x text) TABLESPACE archive_space")
+            # Its free-space and visibility maps exist before it fills (a VACUUM on a full
+            # volume could not create them: that is how a real full disk behaves, too).
+            await conn.execute("INSERT INTO archive VALUES ('x')")
+            await conn.execute("VACUUM archive")
+            full = await _fill(conn)
+            assert full.sqlstate == "53100"  # disk_full, not the file-size limit's XX000
+            assert "No space left on device" in str(full)
+            assert await conn.fetchval("SELECT 1") == 1  # the server keeps running
+            rows = await conn.fetchval("SELECT count(*) FROM archive")
+        finally:
+            await conn.close()
+        await own_cluster.capture_snapshot("full")
+        conn = await own_cluster.connect()
+        try:
+            await conn.execute("DELETE FROM archive")  # room again, in the live volume only
+            await conn.execute("VACUUM archive")
+            await conn.execute("INSERT INTO archive SELECT repeat('x', 500)")
+        finally:
+            await conn.close()
+        await own_cluster.restore_snapshot("full")  # the very same full volume comes back
+        conn = await own_cluster.connect()
+        try:
+            assert await conn.fetchval("SELECT count(*) FROM archive") == rows
+            assert (await _fill(conn)).sqlstate == "53100"
+        finally:
+            await conn.close()
+        await own_cluster.stop()
+        await own_cluster.unmount_volumes()  # what a run's end does
+        assert not own_cluster.volumes.is_mounted("archive_space")
+        await own_cluster.start()  # a start mounts the volume again before the server runs
+        conn = await own_cluster.connect()
+        try:
+            assert await conn.fetchval("SELECT count(*) FROM archive") == rows
+        finally:
+            await conn.close()
+        await own_cluster.reinitialize()  # a new preparation starts with no volume
+        assert own_cluster.volumes.names() == []
+    finally:
+        await own_cluster.stop(mode="immediate")
+        own_cluster.volumes.remove_all()
+
+
+async def test_tablespace_volume_input_errors(
+    own_cluster: PostgresCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match="name"):
+        TablespaceVolume(name="Archive-Space", size_mb=12)
+    with pytest.raises(ValueError, match="size_mb"):
+        TablespaceVolume(name="archive_space", size_mb=1)
+    with pytest.raises(ValueError, match="server"):
+        TablespaceVolume.model_validate({"name": "a", "size_mb": 12, "server": "standby"})
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert volume_support_problem() == "a loop-mounted volume needs root (run dbaops as root)"
+    with pytest.raises(ClusterError, match="needs root"):
+        await run_fault(
+            TablespaceVolume(name="archive_space", size_mb=12), _context(own_cluster, Records())
+        )
+    monkeypatch.undo()
+    path = tmp_path / "vol.yaml"
+    path.write_text(
+        (Path(__file__).parent.parent / "timelines" / "pg-sf-07.yaml")
+        .read_text()
+        .replace(
+            "  construction:\n",
+            "  construction:\n    - kind: tablespace_volume\n      name: cold\n      size_mb: 12\n",
+            1,
+        )
+    )
+    with pytest.raises(
+        ScenarioError, match="tablespace volume cannot be used with database.replica"
+    ):
+        load_scenario(path)

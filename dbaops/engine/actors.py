@@ -16,7 +16,7 @@ import structlog
 from anyio import TASK_STATUS_IGNORED
 from anyio.abc import TaskStatus
 
-from dbaops.backends.endpoint import HARNESS_APPLICATION, Endpoint
+from dbaops.backends.endpoint import HARNESS_APPLICATION, Endpoint, quote_ident
 from dbaops.clock import ScenarioClock
 from dbaops.records import ActorRecord, Record
 from dbaops.scenario.faults import (
@@ -30,6 +30,7 @@ from dbaops.scenario.faults import (
     SetSetting,
     SignalProcess,
     SqlFault,
+    TablespaceVolume,
 )
 
 log = structlog.get_logger(__name__)
@@ -52,6 +53,7 @@ class ServerHost(Protocol):
     ) -> None: ...
     def signal(self, pid: int, signal_name: str) -> None: ...
     def limit_file_size(self, limit_bytes: int | None) -> None: ...
+    async def create_volume(self, name: str, size_mb: int) -> str: ...
 
 
 class RecordSink(Protocol):
@@ -135,6 +137,8 @@ async def run_fault(
         await _signal(fault, ctx)
     elif isinstance(fault, FileSizeLimit):
         await _file_size_limit(fault, ctx)
+    elif isinstance(fault, TablespaceVolume):
+        await _tablespace_volume(fault, ctx)
     elif isinstance(fault, HoldTransaction):
         return await _hold(fault, ctx, task_status)
     elif isinstance(fault, LoadActor):
@@ -209,6 +213,17 @@ async def _file_size_limit(fault: FileSizeLimit, ctx: ActorContext) -> None:
     if ctx.instance is None:
         raise FaultError("file_size_limit restarts the server: it needs instance control")
     await ctx.instance.restart()
+
+
+async def _tablespace_volume(fault: TablespaceVolume, ctx: ActorContext) -> None:
+    location = await _host(ctx, fault.kind).create_volume(fault.name, fault.size_mb)
+    conn = await ctx.endpoint.harness_connect(database="postgres")
+    try:
+        owner = f" OWNER {quote_ident(fault.owner)}" if fault.owner else ""
+        location_sql = location.replace("'", "''")
+        await conn.execute(f"CREATE TABLESPACE {fault.name}{owner} LOCATION '{location_sql}'")
+    finally:
+        await conn.close(timeout=5)
 
 
 async def _signal(fault: SignalProcess, ctx: ActorContext) -> None:

@@ -971,6 +971,7 @@ async def _finish(
             if backend.cluster.standby is not None:
                 await backend.cluster.standby.stop()
             await backend.cluster.stop()
+            await backend.cluster.unmount_volumes()
         except Exception as exc:  # noqa: BLE001
             log.warning("could not stop the embedded server", error=str(exc))
         finally:

@@ -47,7 +47,7 @@ def _walk(node: Any, where: str) -> Iterator[tuple[str, Any]]:
                 yield from _walk(item, f"{where}.{key}")
 
 
-def _parts(sc: Scenario) -> list[tuple[str, BaseModel]]:
+def scenario_parts(sc: Scenario) -> list[tuple[str, BaseModel]]:
     """Every model in the scenario's preparation, events, evaluation and workloads, with its
     path in the file (the part of a scenario that names roles, workloads, servers and SQL)."""
     sections = {
@@ -224,6 +224,11 @@ def _replica_problems(sc: Scenario, parts: list[tuple[str, BaseModel]]) -> list[
     construction and preconditions (it is a copy of the prepared primary)."""
     problems: list[str] = []
     for where, model in parts:
+        if getattr(model, "kind", None) == "tablespace_volume" and sc.database.replica:
+            problems.append(
+                f"{where}: a tablespace volume cannot be used with database.replica (on one "
+                "host the standby would replay the tablespace into the same location)"
+            )
         if getattr(model, "server", "primary") != "standby":
             continue
         if sc.database.replica is None:
@@ -246,7 +251,7 @@ def _solution_problems(sc: Scenario) -> list[str]:
 
 def scenario_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
     """Every cross-reference and SQL problem of ``sc`` against its (extended) library."""
-    parts = _parts(sc)
+    parts = scenario_parts(sc)
     return [
         *_library_problems(sc, lib, parts),
         *_check_problems(sc, parts),

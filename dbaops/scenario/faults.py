@@ -144,6 +144,21 @@ class FileSizeLimit(_Fault):
     mb: int | None = Field(ge=32, description="the limit in MiB (null: none)")
 
 
+class TablespaceVolume(_Fault):
+    """A tablespace on a small filesystem of its own (embedded backend, dbaops as root): an
+    ext4 image of ``size_mb`` MiB, loop-mounted, as a cheap volume would be. Whatever the
+    scenario puts there can fill it for real: writes then fail with "could not extend file …:
+    No space left on device" (SQLSTATE 53100) while the server, whose data directory and WAL
+    are elsewhere, keeps running. Snapshots carry the volume; a run's end unmounts it. The
+    primary only, and not with a replica profile (one host: one location for both)."""
+
+    kind: Literal["tablespace_volume"] = "tablespace_volume"
+    name: str = Field(pattern=r"^[a-z_][a-z0-9_]{0,62}$", description="the tablespace's name")
+    size_mb: int = Field(ge=8, le=4096)
+    owner: str | None = Field(default=None, description="the tablespace's owner role")
+    server: Literal["primary"] = "primary"
+
+
 FaultSpec = Annotated[
     SqlFault
     | HoldTransaction
@@ -153,6 +168,7 @@ FaultSpec = Annotated[
     | InstanceControl
     | EditConfig
     | SignalProcess
-    | FileSizeLimit,
+    | FileSizeLimit
+    | TablespaceVolume,
     Field(discriminator="kind"),
 ]

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -31,6 +32,7 @@ from dbaops.backends.postgres.osuser import (
     readable_by_others,
     running_as_root,
 )
+from dbaops.backends.postgres.volumes import LoopVolumes, VolumeError
 
 log = structlog.get_logger(__name__)
 
@@ -130,6 +132,8 @@ class PostgresCluster:
         #: RLIMIT_FSIZE the postmaster starts under (an OS-level fault): no file it writes may
         #: grow past it ("could not extend file ... File too large"); None: unlimited.
         self.file_size_limit_bytes: int | None = None
+        #: Small loop-mounted filesystems (an OS-level fault: tablespaces that fill up).
+        self.volumes = LoopVolumes(root / "volumes", os_user)
         standby_root = root / "standby"
         if (standby_root / "data" / "PG_VERSION").exists():
             self.standby = PostgresCluster(standby_root, binaries, os_user)
@@ -259,6 +263,8 @@ class PostgresCluster:
         # Keep the port across restarts so endpoints held by a run stay valid.
         if not port_is_free(self.port):
             self.port = free_port()
+        if self.volumes.names():  # a tablespace's volume must be there before the server is
+            await self._on_volumes(self.volumes.mount_all)
         limit = self.file_size_limit_bytes
         under_limit = ["prlimit", f"--fsize={limit}:{limit}", "--"] if limit is not None else []
         await self._run(
@@ -275,6 +281,28 @@ class PostgresCluster:
             f"-p {self.port} -k {self.socket_dir}",
             "start",
         )
+
+    async def _on_volumes(self, action: Callable[[], None]) -> None:
+        try:
+            await anyio.to_thread.run_sync(action)
+        except VolumeError as exc:
+            raise ClusterError(str(exc)) from exc
+
+    async def create_volume(self, name: str, size_mb: int) -> str:
+        """A small filesystem of its own, mounted (root only); returns a directory on it the
+        server's OS user owns, for ``CREATE TABLESPACE … LOCATION``."""
+        if self.standby is not None:
+            raise ClusterError(
+                "a tablespace volume on a server with a standby is not supported: on one host "
+                "both servers would use the tablespace's location"
+            )
+        location: list[Path] = []
+        await self._on_volumes(lambda: location.append(self.volumes.create(name, size_mb)))
+        return str(location[0])
+
+    async def unmount_volumes(self) -> None:
+        """Unmount the volumes (the server must be stopped): a finished run leaves no mounts."""
+        await self._on_volumes(self.volumes.unmount_all)
 
     def limit_file_size(self, limit_bytes: int | None) -> None:
         """Start the server under this file-size limit from its next (re)start on."""
@@ -306,6 +334,11 @@ class PostgresCluster:
     ) -> PostgresCluster:
         """A hot standby of this (running) server, made with ``pg_basebackup -R`` into
         ``<root>/standby`` with its own port, socket directory and log, and started."""
+        if self.volumes.names():
+            raise ClusterError(
+                "a standby of a server with a tablespace volume is not supported: on one host "
+                "both servers would use the tablespace's location"
+            )
         if self.standby is not None:
             await self.standby.stop(mode="immediate")
         root = self.root / "standby"
@@ -350,6 +383,7 @@ class PostgresCluster:
         await self.drop_standby()
         self.file_size_limit_bytes = None
         self._clear_archive()
+        await self._on_volumes(self.volumes.remove_all)
         await self._initdb({})
         await self.start()
 
@@ -475,6 +509,7 @@ class PostgresCluster:
             shutil.rmtree(target)
         target.mkdir(parents=True)
         await self._run("cp", "-a", str(self.datadir), str(target / "data"), as_service=False)
+        await self._on_volumes(lambda: self.volumes.capture(target / "volumes"))
         if self.standby is not None:
             await self._run(
                 "cp", "-a", str(self.standby.datadir), str(target / "standby"), as_service=False
@@ -499,6 +534,7 @@ class PostgresCluster:
         await self._run(
             "cp", "-a", str(self.snapshot_root / name / "data"), str(self.datadir), as_service=False
         )
+        await self._on_volumes(lambda: self.volumes.restore(self.snapshot_root / name / "volumes"))
         self.file_size_limit_bytes = None  # a run's faults end with it
         standby_copy = self.snapshot_root / name / "standby"
         if self.standby is not None and not standby_copy.exists():

@@ -1,0 +1,72 @@
+"""CI's fast subset of the library validation: a few committed scenarios that together use
+every fault kind and check kind the library uses and the replica profile, validated
+end to end (no-op fails Outcome, every reference solution passes, the shallow fix fails) at the
+committed report's scale. The full report (timelines/validation.json) is regenerated apart."""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+import pytest
+
+from dbaops.engine.runner import RunOptions
+from dbaops.engine.validate import validate
+from dbaops.scenario.consistency import scenario_parts
+from dbaops.scenario.faults import FaultSpec
+from dbaops.scenario.loader import load_scenario, timelines_dir
+from dbaops.scenario.model import Scenario
+
+pytestmark = pytest.mark.anyio
+
+SUBSET = [
+    "pg-qt-04",  # set_setting, plan checks
+    "pg-sf-08",  # tablespace_volume (a real disk-full), server_log
+    "pg-sf-06",  # the replica profile, instance control
+    "pg-sf-04",  # edit_config
+    "pg-bc-02",  # hold_transaction
+    "pg-rg-01",  # idle_connections, load
+    "pg-bc-03",  # report checks
+    "pg-rg-02",  # metric checks
+]
+#: Fault kinds no library scenario uses yet; their tests against a real server are in
+#: test_os_and_client_faults.py.
+UNIT_TESTED_ONLY = {"fault:signal_process", "fault:file_size_limit"}
+
+
+def _features(sc: Scenario) -> set[str]:
+    """The fault and check kinds a scenario uses, and whether it has the replica profile.
+    (Options of a kind, such as a client behaviour, a baseline ratio or a part on the standby,
+    have their own tests against real servers.)"""
+    found: set[str] = set()
+    for _, part in scenario_parts(sc):
+        kind, check = getattr(part, "kind", None), getattr(part, "check", None)
+        if isinstance(kind, str) and type(part).__module__ == "dbaops.scenario.faults":
+            found.add(f"fault:{kind}")
+        if isinstance(check, str):
+            found.add(f"check:{check}")
+    if sc.database.replica is not None:
+        found.add("replica")
+    return found
+
+
+def _library() -> list[Scenario]:
+    return [load_scenario(path)[0] for path in sorted(timelines_dir().glob("pg-*.yaml"))]
+
+
+def test_the_subset_covers_every_kind_of_part_the_library_uses() -> None:
+    library = set().union(*(_features(sc) for sc in _library()))
+    subset = set().union(*(_features(load_scenario(ref)[0]) for ref in SUBSET))
+    assert library - subset == set(), "add a scenario that uses these to SUBSET"
+    fault_kinds = {
+        f"fault:{typing.get_args(m.model_fields['kind'].annotation)[0]}"
+        for m in typing.get_args(typing.get_args(FaultSpec)[0])
+    }
+    assert fault_kinds - library == UNIT_TESTED_ONLY
+
+
+async def test_the_subset_is_valid(tmp_path: Path) -> None:
+    summary = await validate(SUBSET, RunOptions(time_scale=0.05, runs_dir=tmp_path))
+    failed = [(r.scenario, r.solution, r.reason) for r in summary.rows if not r.ok]
+    assert failed == []
+    assert {r.scenario for r in summary.rows} == set(SUBSET)
