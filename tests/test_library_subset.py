@@ -26,9 +26,8 @@ SUBSET = [
     "pg-sf-06",  # the replica profile, instance control
     "pg-sf-04",  # edit_config
     "pg-bc-02",  # hold_transaction
-    "pg-rg-01",  # idle_connections, load
+    "pg-rg-01",  # idle_connections, load, metric checks
     "pg-bc-03",  # report checks
-    "pg-rg-02",  # metric checks
 ]
 #: Fault kinds no library scenario uses yet; their tests against a real server are in
 #: test_os_and_client_faults.py.
@@ -91,8 +90,9 @@ def test_the_committed_report_shows_every_scenario_valid_and_current() -> None:
     assert problems == []
 
 
-async def test_the_subset_is_valid(tmp_path: Path) -> None:
-    summary = await validate(SUBSET, RunOptions(time_scale=0.05, runs_dir=tmp_path))
-    failed = [(r.scenario, r.solution, r.reason) for r in summary.rows if not r.ok]
+@pytest.mark.parametrize("scenario", SUBSET)
+async def test_a_subset_scenario_is_valid(scenario: str, tmp_path: Path) -> None:
+    summary = await validate([scenario], RunOptions(time_scale=0.05, runs_dir=tmp_path))
+    failed = [(r.solution, r.reason) for r in summary.rows if not r.ok]
     assert failed == []
-    assert {r.scenario for r in summary.rows} == set(SUBSET)
+    assert {r.solution for r in summary.rows} >= {"noop", "reference"}
