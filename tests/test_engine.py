@@ -13,9 +13,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from dbaops.agents.base import AgentSession
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
-from dbaops.records import CheckRecord, PhaseRecord, RunEnd
+from dbaops.records import CheckRecord, EventRecord, PhaseRecord, RunEnd
 from dbaops.rundir import read_samples, read_trace
 
 SCENARIOS = Path(__file__).parent / "scenarios"
@@ -144,3 +145,27 @@ def test_killed_or_interrupted_run_leaves_a_trace_that_score_reads(
     assert read_samples(run_dir).height > 0
     ends = [r for r in read_trace(run_dir) if isinstance(r, RunEnd)]
     assert (ends[0].status if ends else "incomplete") == expected_status
+
+
+class StopTheServer:
+    """Stops the server at once: the program's later faults have nothing to act on."""
+
+    name = "stop-at-once"
+
+    async def run(self, session: AgentSession) -> None:
+        await session.tools["manage_instance"].handler({"action": "stop"})
+
+
+async def test_a_timed_fault_the_agent_made_impossible_is_recorded_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    result = await run_scenario(
+        SCENARIOS / "t-lock-stall.yaml",
+        RunOptions(time_scale=0.25, runs_dir=tmp_path),
+        agent=StopTheServer(),
+    )
+    assert result.status == "completed"
+    events = [r for r in read_trace(result.run_dir) if isinstance(r, EventRecord)]
+    failed = [e for e in events if e.status == "failed"]
+    assert [e.event_id for e in failed] == ["hold"]
+    assert "Connect" in failed[0].detail["error"] or "connect" in failed[0].detail["error"]

@@ -19,7 +19,13 @@ from dbaops.clock import ScenarioClock
 from dbaops.engine.actors import ActorContext, FaultError, run_fault
 from dbaops.evaluation.score import server_crashed
 from dbaops.records import ActorRecord, Record
-from dbaops.scenario.faults import EditConfig, FileSizeLimit, SignalProcess, TablespaceVolume
+from dbaops.scenario.faults import (
+    EditConfig,
+    FileSizeLimit,
+    LoadActor,
+    SignalProcess,
+    TablespaceVolume,
+)
 from dbaops.scenario.loader import ScenarioError, load_scenario
 from dbaops.scenario.model import OltpWorkload
 from dbaops.workloads.drivers import OltpDriver
@@ -462,3 +468,50 @@ async def test_tablespace_volume_input_errors(
         ScenarioError, match="tablespace volume cannot be used with database.replica"
     ):
         load_scenario(path)
+
+
+async def _await_records(trace: Records, count: int, status: str) -> list[ActorRecord]:
+    """The actor records of ``status`` once there are ``count`` of them (a guard, not a
+    timing assertion: the condition is what the test waits for)."""
+    with anyio.fail_after(120):
+        while True:
+            found = [r for r in trace.items if isinstance(r, ActorRecord) and r.status == status]
+            if len(found) >= count:
+                return found
+            await anyio.sleep(0.1)
+
+
+async def test_a_reconnecting_load_survives_a_restart_and_a_terminated_session(
+    own_cluster: PostgresCluster,
+) -> None:
+    trace = Records()
+    ctx = _context(own_cluster, trace)
+    load = LoadActor(
+        role="batch", application_name="heartbeat", statements=["SELECT 1"], pause_ms=20,
+        reconnect=True,
+    )  # fmt: skip
+    async with anyio.create_task_group() as tg:
+        await tg.start(run_fault, load, ctx)
+        await own_cluster.restart()  # as a capacity change at t=300 does
+        second = (await _await_records(trace, 2, "started"))[1]
+        assert second.detail == {"session": 0, "reconnected": True}
+        admin = await own_cluster.connect()
+        try:
+            await admin.execute("SELECT pg_terminate_backend($1)", second.pids[0])
+        finally:
+            await admin.close()
+        third = (await _await_records(trace, 3, "started"))[2]
+        assert third.pids != second.pids
+        ended = await _await_records(trace, 2, "ended")
+        assert all("error" in r.detail for r in ended)
+        tg.cancel_scope.cancel()
+    # Without reconnect, a restart ends the load (its end is on record with the error).
+    trace = Records()
+    ctx = _context(own_cluster, trace)
+    once = load.model_copy(update={"reconnect": False})
+    async with anyio.create_task_group() as tg:
+        await tg.start(run_fault, once, ctx)
+        await own_cluster.restart()
+        await _await_records(trace, 1, "ended")
+        assert len([r for r in trace.items if isinstance(r, ActorRecord)]) == 2
+        tg.cancel_scope.cancel()

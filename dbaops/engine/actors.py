@@ -330,23 +330,47 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext, ready: TaskStatus[Non
 
 async def _load(fault: LoadActor, ctx: ActorContext, ready: TaskStatus[None]) -> None:
     connected = [0]
+    lost = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+
+    async def reconnect() -> asyncpg.Connection:
+        while True:  # every wall second until the server answers again
+            await anyio.sleep(1.0)
+            try:
+                return await ctx.endpoint.connect(
+                    fault.role, fault.application_name, fault.database
+                )
+            except lost:
+                continue
 
     async def session(i: int) -> None:
         conn = await ctx.endpoint.connect(fault.role, fault.application_name, fault.database)
-        pid, started = await _identity(conn)
-        _record(ctx, fault, "started", pid, started, session=i)
-        connected[0] += 1
-        if connected[0] == fault.sessions:
-            ready.started()
-        try:
-            while True:
-                for stmt in fault.statements:
-                    await conn.execute(stmt)
-                await anyio.sleep(fault.pause_ms / 1000.0)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-            _record(ctx, fault, "ended", pid, started, error=f"{type(exc).__name__}: {exc}"[:300])
-        finally:
-            conn.terminate()
+        first = True
+        while True:
+            pid: int | None = None
+            started: str | None = None
+            try:
+                pid, started = await _identity(conn)
+                if first:
+                    _record(ctx, fault, "started", pid, started, session=i)
+                else:
+                    _record(ctx, fault, "started", pid, started, session=i, reconnected=True)
+                if first:
+                    connected[0] += 1
+                    if connected[0] == fault.sessions:
+                        ready.started()
+                    first = False
+                while True:
+                    for stmt in fault.statements:
+                        await conn.execute(stmt)
+                    await anyio.sleep(fault.pause_ms / 1000.0)
+            except lost as exc:
+                error = f"{type(exc).__name__}: {exc}"[:300]
+                _record(ctx, fault, "ended", pid, started, error=error)
+            finally:
+                conn.terminate()
+            if not fault.reconnect or first:
+                return
+            conn = await reconnect()
 
     with anyio.move_on_after(
         ctx.clock.wall_seconds(fault.duration_s) if fault.duration_s else None

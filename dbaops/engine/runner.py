@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import asyncpg
 import structlog
 from pydantic import BaseModel, Field
 
@@ -29,9 +30,10 @@ import dbaops
 from dbaops.agents.base import Agent, AgentSession, Budget, is_oracle, load_agent
 from dbaops.agents.reference import oracle_agent
 from dbaops.backends.endpoint import Endpoint
+from dbaops.backends.postgres.cluster import ClusterError
 from dbaops.backends.postgres.osuser import running_as_root
 from dbaops.clock import ScenarioClock
-from dbaops.engine.actors import ActorContext, StandbyAccess, run_fault
+from dbaops.engine.actors import ActorContext, FaultError, StandbyAccess, run_fault
 from dbaops.engine.backend import PostgresBackend, embedded_backend, external_backend
 from dbaops.engine.checks import CheckSources, evaluate_check
 from dbaops.engine.fixture import build_fixture
@@ -347,6 +349,33 @@ async def _expected_results(
 Dispatch = Callable[[Event, bool], Awaitable[None]]
 
 
+#: What keeps a timed fault from being applied when the agent has, say, stopped the server
+#: it acts on: the run goes on, and the event is on record as failed with the reason.
+FAULT_FAILURES = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, FaultError, ClusterError)
+
+
+def _fault_error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+async def _event_actor(ev: Event, ctx: ActorContext, trace: RunTrace) -> None:
+    """A live actor of the event program; one that cannot start is recorded, not fatal."""
+    assert ev.fault is not None
+    try:
+        await run_fault(ev.fault, ctx)
+    except FAULT_FAILURES as exc:
+        trace.write(
+            EventRecord(
+                t_scn=ctx.clock.now(),
+                event_id=ev.id,
+                at_s=ev.at,
+                fault=ev.fault.kind,
+                status="failed",
+                detail={"error": _fault_error(exc)},
+            )
+        )
+
+
 async def _event_program(
     events: list[Event],
     ctx: ActorContext,
@@ -368,12 +397,16 @@ async def _event_program(
             trace.write(rec)
             alert_raised = bool(rec.passed)
             detail["alert_condition"] = rec.passed
+        status = "fired" if (alert_raised or ev.fault or ev.inspection) else "skipped"
         if ev.fault is not None:
             fault_ctx = replace(ctx, label=ev.id)
             if ev.fault.live:  # an actor: it runs beside the program
-                tg.start_soon(run_fault, ev.fault, fault_ctx)
+                tg.start_soon(_event_actor, ev, fault_ctx, trace)
             else:  # one-shot: in place when it returns
-                await run_fault(ev.fault, fault_ctx)
+                try:
+                    await run_fault(ev.fault, fault_ctx)
+                except FAULT_FAILURES as exc:
+                    status, detail["error"] = "failed", _fault_error(exc)
         trace.write(
             EventRecord(
                 t_scn=clock.now(),
@@ -382,7 +415,7 @@ async def _event_program(
                 fault=ev.fault.kind if ev.fault else None,
                 alert=ev.alert.title if ev.alert and alert_raised else None,
                 inspection=ev.inspection.title if ev.inspection else None,
-                status="fired" if (alert_raised or ev.fault or ev.inspection) else "skipped",
+                status=status,
                 detail=detail,
             )
         )

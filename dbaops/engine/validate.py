@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from dbaops.engine.runner import RunMonitor, RunOptions, run_scenario
 from dbaops.evaluation.difficulty import DifficultyLabel, label_difficulty
-from dbaops.records import Record, RunEnd, RunHeader
+from dbaops.records import EventRecord, Record, RunEnd, RunHeader
 from dbaops.rundir import read_trace
 from dbaops.scenario.loader import ScenarioError, load_scenario
 from dbaops.scenario.model import Scenario
@@ -180,6 +180,12 @@ async def _validate_at(
             if result.status != "completed" and result.reason:
                 reason = f"{reason}: {result.reason}"
             records, server, duration = _run_facts(result.run_dir)
+            unapplied = [r.event_id for r in records
+                         if isinstance(r, EventRecord) and r.status == "failed"]  # fmt: skip
+            if solution.startswith("reference") and unapplied:
+                # the scenario's own program broke in a run that did everything right
+                ok = False
+                reason = "; ".join(x for x in (reason, f"events not applied: {unapplied}") if x)
             label = None
             if solution == "reference" and result.status == "completed":
                 label, problem = _difficulty_verdict(sc, records)

@@ -68,6 +68,11 @@ class LoadActor(_Fault):
     pause_ms: float = Field(default=0, ge=0)
     duration_s: float | None = None
     protected: bool = False
+    reconnect: bool = Field(
+        default=False,
+        description="a lost session (server restart, terminated backend) reconnects every "
+        "wall second and goes on, as a service would; each new session is on record",
+    )
 
 
 class IdleConnections(_Fault):
