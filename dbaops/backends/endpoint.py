@@ -14,6 +14,10 @@ from pydantic import BaseModel, Field
 #: What every harness session calls itself: one monitoring agent, as a managed service runs.
 HARNESS_APPLICATION = "pgwatch"
 
+#: What a client sees when its session is gone or unusable (server restarted or stopped,
+#: backend terminated, protocol left mid-operation): drop it, and reconnect if it should.
+CONNECTION_ERRORS = (OSError, asyncpg.InterfaceError, asyncpg.InternalClientError)
+
 #: Superuser session settings that keep a harness session out of the agent's evidence.
 HIDDEN_SETTINGS: dict[str, str] = {
     "pg_stat_statements.track": "none",

@@ -16,7 +16,12 @@ import structlog
 from anyio import TASK_STATUS_IGNORED
 from anyio.abc import TaskStatus
 
-from dbaops.backends.endpoint import HARNESS_APPLICATION, Endpoint, quote_ident
+from dbaops.backends.endpoint import (
+    CONNECTION_ERRORS,
+    HARNESS_APPLICATION,
+    Endpoint,
+    quote_ident,
+)
 from dbaops.clock import ScenarioClock
 from dbaops.records import ActorRecord, Record
 from dbaops.scenario.faults import (
@@ -319,7 +324,7 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext, ready: TaskStatus[Non
         await conn.execute("COMMIT" if fault.finish == "commit" else "ROLLBACK")
         finished = True
         _record(ctx, fault, "finished", pid, started)
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+    except (asyncpg.PostgresError, *CONNECTION_ERRORS) as exc:
         # Typically the agent (or a timeout) ended the session: that is evidence, not a crash.
         finished = True
         _record(ctx, fault, "ended", pid, started, error=f"{type(exc).__name__}: {exc}"[:300])
@@ -330,7 +335,7 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext, ready: TaskStatus[Non
 
 async def _load(fault: LoadActor, ctx: ActorContext, ready: TaskStatus[None]) -> None:
     connected = [0]
-    lost = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+    lost = (asyncpg.PostgresError, *CONNECTION_ERRORS)
 
     async def reconnect() -> asyncpg.Connection:
         while True:  # every wall second until the server answers again

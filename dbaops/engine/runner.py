@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 import dbaops
 from dbaops.agents.base import Agent, AgentSession, Budget, is_oracle, load_agent
 from dbaops.agents.reference import oracle_agent
-from dbaops.backends.endpoint import Endpoint
+from dbaops.backends.endpoint import CONNECTION_ERRORS, Endpoint
 from dbaops.backends.postgres.cluster import ClusterError
 from dbaops.backends.postgres.osuser import running_as_root
 from dbaops.clock import ScenarioClock
@@ -351,7 +351,7 @@ Dispatch = Callable[[Event, bool], Awaitable[None]]
 
 #: What keeps a timed fault from being applied when the agent has, say, stopped the server
 #: it acts on: the run goes on, and the event is on record as failed with the reason.
-FAULT_FAILURES = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, FaultError, ClusterError)
+FAULT_FAILURES = (asyncpg.PostgresError, *CONNECTION_ERRORS, FaultError, ClusterError)
 
 
 def _fault_error(exc: BaseException) -> str:

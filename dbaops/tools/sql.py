@@ -18,7 +18,7 @@ import anyio
 import asyncpg
 import pglast
 
-from dbaops.backends.endpoint import Endpoint
+from dbaops.backends.endpoint import CONNECTION_ERRORS, Endpoint
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 from dbaops.tools.recording import call_detail
 
@@ -166,7 +166,7 @@ class SqlSession:
             backends = await self._backends()
             if backends is not None:
                 detail["backends_before"] = backends
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        except (asyncpg.PostgresError, *CONNECTION_ERRORS) as exc:
             self.conn = None
             msg = f"session lost: {exc}"
             return ToolResult(ok=False, error=msg, observation=f"error: {msg}", detail=detail)

@@ -19,7 +19,7 @@ import anyio
 import asyncpg
 import structlog
 
-from dbaops.backends.endpoint import Endpoint
+from dbaops.backends.endpoint import CONNECTION_ERRORS, Endpoint
 from dbaops.clock import ScenarioClock
 from dbaops.scenario.model import (
     BackgroundWorkload,
@@ -45,7 +45,6 @@ _ISOLATION = {
     "repeatable_read": "repeatable_read",
     "serializable": "serializable",
 }
-_CONNECTION_ERRORS = (OSError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 
 
 def result_hash(rows: Sequence[Any]) -> str:
@@ -263,7 +262,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                 if leak.state == "idle_in_transaction":
                     await conn.execute("BEGIN; SELECT 1")
                 self.leaked.append(conn)
-            except (asyncpg.PostgresError, *_CONNECTION_ERRORS) as exc:
+            except (asyncpg.PostgresError, *CONNECTION_ERRORS) as exc:
                 log.debug("leak_connect_failed", workload=self.spec.name, error=str(exc)[:200])
             await self.clock.sleep(1.0 / leak.per_s)
 
@@ -308,7 +307,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
             finally:
                 tg.cancel_scope.cancel()
         if failure is not None:
-            lost = isinstance(failure, (asyncpg.PostgresConnectionError, *_CONNECTION_ERRORS))
+            lost = isinstance(failure, (asyncpg.PostgresConnectionError, *CONNECTION_ERRORS))
             if abandoned and lost:
                 raise AttemptTimeout from None
             raise failure
@@ -361,10 +360,10 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                 except TimeoutError:
                     error = "client_timeout"
                     break
-                except _CONNECTION_ERRORS as exc:
+                except CONNECTION_ERRORS as exc:
                     error = f"{type(exc).__name__}: {exc}"[:300]
                     break
-        except _CONNECTION_ERRORS as exc:
+        except CONNECTION_ERRORS as exc:
             error = f"{type(exc).__name__}: {exc}"[:300]
         except asyncpg.PostgresError as exc:
             sqlstate, error = exc.sqlstate, str(exc)[:300]
@@ -465,7 +464,7 @@ class OlapDriver:
                 correct = result_hash(rows) == self.expected[job.template]
         except asyncpg.PostgresError as exc:
             sqlstate, error = exc.sqlstate, str(exc)[:300]
-        except _CONNECTION_ERRORS as exc:
+        except CONNECTION_ERRORS as exc:
             error = f"{type(exc).__name__}: {exc}"[:300]
         except anyio.get_cancelled_exc_class():
             error = "unfinished at end of run"
@@ -520,7 +519,7 @@ class BackgroundDriver(_TemplateDriver[BackgroundWorkload]):
                     ok = True
                 except asyncpg.PostgresError as exc:
                     sqlstate, error = exc.sqlstate, str(exc)[:300]
-                except _CONNECTION_ERRORS as exc:
+                except CONNECTION_ERRORS as exc:
                     error = f"{type(exc).__name__}: {exc}"[:300]
                     conn = None
                     await anyio.sleep(0.5)
