@@ -92,3 +92,24 @@ def test_a_flip_makes_the_scenario_invalid() -> None:
         flips=["pg-x-01/reference: verdicts differ across repeats or scales {...}"],
     )
     assert [r.valid for r in scenario_records(summary, {})] == [False]
+
+
+def test_the_definition_key_follows_what_is_written(tmp_path: Path) -> None:
+    """A default written out (or a new optional field of the format) changes nothing; a
+    changed value does."""
+    from dbaops.scenario.loader import definition_key, load_scenario, timelines_dir
+
+    text = (timelines_dir() / "pg-rg-01.yaml").read_text()
+    assert "      pause_ms:" in text
+
+    def key(body: str) -> str:
+        path = tmp_path / "pg-rg-01.yaml"
+        path.write_text(body)
+        sc, lib, _ = load_scenario(path)
+        return definition_key(sc, lib)
+
+    base = key(text)
+    assert (
+        key(text.replace("      pause_ms:", "      reconnect: false\n      pause_ms:", 1)) == base
+    )
+    assert key(text.replace("      pause_ms:", "      reconnect: true\n      pause_ms:", 1)) != base

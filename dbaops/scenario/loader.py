@@ -261,16 +261,20 @@ def preparation_key(
 
 def definition_key(sc: Scenario, lib: WorkloadLibrary) -> str:
     """Hash of everything a scenario's validation depends on in its files: the scenario as
-    loaded, and the shared parts it uses (the fixture, and the transaction and job templates
+    written, and the shared parts it uses (the fixture, and the transaction and job templates
     its workloads and history run). A committed validation record with another key is stale."""
     workloads = [*sc.workloads, *sc.history_workloads()]
     used_tx = sorted({t for w in workloads for t in getattr(w, "mix", {})})
     used_jobs = sorted({j.template for w in workloads for j in getattr(w, "jobs", [])})
+    # As written (defaults left out), so that a new optional field of the format, which
+    # changes no existing scenario, does not make every record stale.
     payload = {
-        "scenario": sc.model_dump(mode="json"),
+        "scenario": sc.model_dump(mode="json", exclude_defaults=True),
         "fixture": lib.fixture_part(),
-        "transactions": {t: lib.transactions[t].model_dump(mode="json") for t in used_tx},
-        "jobs": {j: lib.jobs[j].model_dump(mode="json") for j in used_jobs},
+        "transactions": {
+            t: lib.transactions[t].model_dump(mode="json", exclude_defaults=True) for t in used_tx
+        },
+        "jobs": {j: lib.jobs[j].model_dump(mode="json", exclude_defaults=True) for j in used_jobs},
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
