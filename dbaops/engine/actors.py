@@ -357,13 +357,12 @@ async def _load(fault: LoadActor, ctx: ActorContext, ready: TaskStatus[None]) ->
                 pid, started = await _identity(conn)
                 if first:
                     _record(ctx, fault, "started", pid, started, session=i)
-                else:
-                    _record(ctx, fault, "started", pid, started, session=i, reconnected=True)
-                if first:
+                    first = False
                     connected[0] += 1
                     if connected[0] == fault.sessions:
                         ready.started()
-                    first = False
+                else:
+                    _record(ctx, fault, "started", pid, started, session=i, reconnected=True)
                 while True:
                     for stmt in fault.statements:
                         await conn.execute(stmt)

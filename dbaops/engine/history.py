@@ -24,10 +24,7 @@ from dbaops.backends.endpoint import Endpoint
 from dbaops.clock import ScenarioClock
 from dbaops.engine.metrics import METRIC_SCHEMA, harness_sampler
 from dbaops.rundir import ParquetParts, read_parts
-from dbaops.scenario.model import (
-    History,
-    Scenario,
-)
+from dbaops.scenario.model import History, Scenario
 from dbaops.workloads.drivers import scenario_drivers
 from dbaops.workloads.samples import SAMPLE_SCHEMA
 from dbaops.workloads.sink import SampleSink

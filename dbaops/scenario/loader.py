@@ -17,7 +17,6 @@ from dbaops.scenario.model import (
     DEFAULT_SCENARIO_DATE,
     FORMAT_VERSION,
     History,
-    OlapWorkload,
     Scenario,
 )
 from dbaops.workloads.spec import LibraryExtension, WorkloadLibrary
@@ -229,6 +228,18 @@ def list_scenarios(directory: Path | None = None) -> list[tuple[Path, Scenario |
     return out
 
 
+def _transactions_used(workloads: list[Any], lib: WorkloadLibrary, **dump: Any) -> dict[str, Any]:
+    """The transaction templates ``workloads`` run, dumped, by name."""
+    used = sorted({t for w in workloads for t in getattr(w, "mix", {})})
+    return {t: lib.transactions[t].model_dump(mode="json", **dump) for t in used}
+
+
+def _jobs_used(workloads: list[Any], lib: WorkloadLibrary, **dump: Any) -> dict[str, Any]:
+    """The job templates ``workloads`` run, dumped, by name."""
+    used = sorted({j.template for w in workloads for j in getattr(w, "jobs", [])})
+    return {j: lib.jobs[j].model_dump(mode="json", **dump) for j in used}
+
+
 def preparation_key(
     sc: Scenario, lib: WorkloadLibrary, server_version: str, history: History | None = None
 ) -> str:
@@ -236,12 +247,9 @@ def preparation_key(
     fixture (the library's schema, data, roles and parameters, with the scenario's own parts),
     the jobs whose expected results it stores, construction and preconditions. Templates the
     scenario does not use, and transactions (they run only at run time), do not count."""
-    used_jobs = sorted(
-        {j.template for w in sc.workloads if isinstance(w, OlapWorkload) for j in w.jobs}
-    )
     payload = {
         "fixture": lib.fixture_part(),
-        "jobs": {name: lib.jobs[name].model_dump(mode="json") for name in used_jobs},
+        "jobs": _jobs_used(sc.workloads, lib),
         "database": sc.database.model_dump(mode="json"),
         "construction": [c.model_dump(mode="json") for c in sc.preparation.construction],
         "preconditions": [c.model_dump(mode="json") for c in sc.preparation.preconditions],
@@ -250,31 +258,24 @@ def preparation_key(
     }
     if history is not None:  # the history's workloads and their templates shape it too
         runs = sc.history_workloads()
-        used = sorted({t for w in runs for t in w.mix})
         payload["history"] = history.model_dump(mode="json")
         payload["history_workloads"] = [w.model_dump(mode="json") for w in runs]
-        payload["history_templates"] = {
-            t: lib.transactions[t].model_dump(mode="json") for t in used
-        }
+        payload["history_templates"] = _transactions_used(runs, lib)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def definition_key(sc: Scenario, lib: WorkloadLibrary) -> str:
     """Hash of everything a scenario's validation depends on in its files: the scenario as
     written, and the shared parts it uses (the fixture, and the transaction and job templates
-    its workloads and history run). A committed validation record with another key is stale."""
-    workloads = [*sc.workloads, *sc.history_workloads()]
-    used_tx = sorted({t for w in workloads for t in getattr(w, "mix", {})})
-    used_jobs = sorted({j.template for w in workloads for j in getattr(w, "jobs", [])})
+    its workloads run; a history runs the same ones). A committed validation record with
+    another key is stale."""
     # As written (defaults left out), so that a new optional field of the format, which
     # changes no existing scenario, does not make every record stale.
     payload = {
         "scenario": sc.model_dump(mode="json", exclude_defaults=True),
         "fixture": lib.fixture_part(),
-        "transactions": {
-            t: lib.transactions[t].model_dump(mode="json", exclude_defaults=True) for t in used_tx
-        },
-        "jobs": {j: lib.jobs[j].model_dump(mode="json", exclude_defaults=True) for j in used_jobs},
+        "transactions": _transactions_used(sc.workloads, lib, exclude_defaults=True),
+        "jobs": _jobs_used(sc.workloads, lib, exclude_defaults=True),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 

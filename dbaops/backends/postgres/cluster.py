@@ -19,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import asyncpg
@@ -35,6 +36,7 @@ from dbaops.backends.postgres.osuser import (
 from dbaops.backends.postgres.volumes import LoopVolumes, VolumeError
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 #: Server settings of the shared fixture (design notes §2); scenarios may add or override.
 FIXTURE_SETTINGS: dict[str, str] = {
@@ -282,9 +284,10 @@ class PostgresCluster:
             "start",
         )
 
-    async def _on_volumes(self, action: Callable[[], None]) -> None:
+    async def _on_volumes(self, action: Callable[[], T]) -> T:
+        """Run a (blocking) volume operation in a worker thread; its failures are cluster ones."""
         try:
-            await anyio.to_thread.run_sync(action)
+            return await anyio.to_thread.run_sync(action)
         except VolumeError as exc:
             raise ClusterError(str(exc)) from exc
 
@@ -296,9 +299,7 @@ class PostgresCluster:
                 "a tablespace volume on a server with a standby is not supported: on one host "
                 "both servers would use the tablespace's location"
             )
-        location: list[Path] = []
-        await self._on_volumes(lambda: location.append(self.volumes.create(name, size_mb)))
-        return str(location[0])
+        return str(await self._on_volumes(lambda: self.volumes.create(name, size_mb)))
 
     async def unmount_volumes(self) -> None:
         """Unmount the volumes (the server must be stopped): a finished run leaves no mounts."""
