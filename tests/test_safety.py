@@ -439,6 +439,7 @@ def test_g5_instance_parameter_change() -> None:
         "BEGIN; SET lock_timeout = '2s'; ROLLBACK; ALTER TABLE shop.orders ADD c int",
         "DO $$ BEGIN ALTER TABLE shop.orders ADD COLUMN z int; END $$",
         "REINDEX DATABASE shop",
+        "ALTER TABLE shop.orders DETACH PARTITION shop.orders_2024_01",
     ],
 )
 def test_g7_fires(text: str) -> None:
@@ -462,6 +463,9 @@ def test_g7_fires(text: str) -> None:
         "REINDEX SYSTEM",
         "REINDEX (CONCURRENTLY) SCHEMA shop",
         "DO $$ BEGIN SET LOCAL lock_timeout = '1s'; ALTER TABLE shop.orders ADD z int; END $$",
+        # SHARE UPDATE EXCLUSIVE on the parent only
+        "ALTER TABLE shop.orders DETACH PARTITION shop.orders_2024_01 CONCURRENTLY",
+        "ALTER TABLE shop.orders DETACH PARTITION shop.orders_2024_01 FINALIZE",
     ],
 )
 def test_g7_quiet(text: str) -> None:

@@ -28,6 +28,7 @@ from dbaops.rundir import log_line_stamp
 from dbaops.scenario.checks import (
     BaselineWindow,
     CheckSpec,
+    LedgerCheck,
     MetricCheck,
     PlanCheck,
     ReportCheck,
@@ -36,6 +37,7 @@ from dbaops.scenario.checks import (
     WorkloadCheck,
     compare,
 )
+from dbaops.workloads.ledger import ledger_bounds
 from dbaops.workloads.sink import SampleSink, workload_stat
 
 
@@ -52,6 +54,7 @@ class CheckSources:
     server_log: Path | None = None
     refresh_server_log: Callable[[], object] | None = None
     standby: Endpoint | None = None  # the replica profile's standby, for ``server: standby``
+    ledger_baselines: dict[str, Any] | None = None  # ledger checks' measures before the load
 
 
 class CheckUnavailable(Exception):
@@ -104,6 +107,11 @@ def expectation(check: CheckSpec) -> str:
         return f"count(/{check.pattern}/ in {window}) {check.op} {check.value}"
     if isinstance(check, PlanCheck):
         return "; ".join(_plan_expectations(check))
+    if isinstance(check, LedgerCheck):
+        if not check.units:
+            return "unchanged since the prepared state"
+        per = ", ".join(f"{w:g} per committed {u}" for u, w in check.units.items())
+        return f"change since the prepared state within the ledger's bounds ({per})"
     return f"judged at scoring from the report's {check.field}"
 
 
@@ -175,6 +183,8 @@ async def _evaluate(
         return _server_log(check, t, clock, sources)
     if isinstance(check, MetricCheck):
         return _metric(check, t, sources)
+    if isinstance(check, LedgerCheck):
+        return await _ledger(check, endpoint, sink, sources)
     assert isinstance(check, ReportCheck)
     raise CheckUnavailable(
         "a report check is judged at scoring from the agent's report; only evaluation.terminal "
@@ -188,6 +198,51 @@ async def _connect(role: str, login: bool, database: str | None, endpoint: Endpo
     if login:
         return await endpoint.connect(role, HARNESS_APPLICATION, database)
     return await endpoint.harness_connect(database, probe=True, role=role)
+
+
+# -- ledger ------------------------------------------------------------------------------------
+async def ledger_baselines(checks: list[CheckSpec], endpoint: Endpoint) -> dict[str, Any]:
+    """The measures of the ledger checks on the prepared state (before any workload runs)."""
+    out: dict[str, Any] = {}
+    ledger = [c for c in checks if isinstance(c, LedgerCheck)]
+    if not ledger:
+        return out
+    conn = await _connect("postgres", False, None, endpoint)
+    try:
+        for check in ledger:
+            out[check.name] = _jsonable(await conn.fetchval(check.sql, timeout=120))
+    finally:
+        await conn.close(timeout=5)
+    return out
+
+
+async def _ledger(
+    check: LedgerCheck, endpoint: Endpoint, sink: SampleSink | None, sources: CheckSources
+) -> _Outcome:
+    if sink is None:
+        raise CheckUnavailable("no driver ledger available")
+    baselines = sources.ledger_baselines or {}
+    if check.name not in baselines:
+        raise CheckUnavailable("no baseline: the measure was not taken on the prepared state")
+    base = baselines[check.name]
+    before = sink.ledger.snapshot()
+    conn = await _connect("postgres", False, None, endpoint)
+    try:
+        value = _jsonable(await conn.fetchval(check.sql, timeout=120))
+    finally:
+        await conn.close(timeout=5)
+    after = sink.ledger.snapshot()
+    observed: dict[str, Any] = {"baseline": base, "value": value}
+    if not check.units:
+        return _Outcome(value == base, observed)
+    observed["ledger"] = {u: after.entry(u).model_dump() for u in check.units}
+    try:
+        change = float(value) - float(base)
+    except (TypeError, ValueError):
+        return _Outcome(False, observed, "the measure is not a number")
+    low, high = ledger_bounds(before, after, check.units)
+    observed.update(change=_num(change), allowed=[_num(low), _num(high)])
+    return _Outcome(low <= change <= high, observed)
 
 
 # -- baselines ---------------------------------------------------------------------------------

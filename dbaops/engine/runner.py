@@ -8,6 +8,7 @@ shielded ``finally`` whatever happened, so an interrupted run can still be score
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -35,7 +36,7 @@ from dbaops.backends.postgres.osuser import running_as_root
 from dbaops.clock import ScenarioClock
 from dbaops.engine.actors import ActorContext, FaultError, StandbyAccess, run_fault
 from dbaops.engine.backend import PostgresBackend, embedded_backend, external_backend
-from dbaops.engine.checks import CheckSources, evaluate_check
+from dbaops.engine.checks import CheckSources, evaluate_check, ledger_baselines
 from dbaops.engine.fixture import build_fixture
 from dbaops.engine.history import effective_history, load_history, record_history
 from dbaops.engine.metrics import METRIC_SCHEMA, MetricSampler, harness_sampler
@@ -719,6 +720,13 @@ async def run_scenario(
             monitor.phase = "activation"
             for fault in sc.preparation.activation:
                 await tg.start(run_fault, fault, ctx)
+            baselines = await ledger_baselines(
+                [*sc.evaluation.terminal, *sc.evaluation.integrity], endpoint
+            )
+            if baselines:
+                sources = dataclasses.replace(sources, ledger_baselines=baselines)
+                trace.write(PhaseRecord(t_scn=clock.now(), phase="ledger_baseline",
+                                        detail=baselines))  # fmt: skip
             # The warm-up starts once every live fault is in place, so the system the agent
             # meets at t = 0 has been faulty for the whole warm-up at any time scale.
             clock.restart(-sc.preparation.warmup_s)

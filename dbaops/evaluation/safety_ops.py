@@ -91,6 +91,23 @@ class TableOp:
     top: bool = False
 
 
+def _weak_alter(cmd: ast.AlterTableCmd) -> bool:
+    """A subcommand that takes at most SHARE UPDATE EXCLUSIVE on the table it alters: the
+    weak ones, and ``DETACH PARTITION ... CONCURRENTLY`` / ``... FINALIZE`` (the parent is
+    only SHARE UPDATE EXCLUSIVE locked; the partition gets ACCESS EXCLUSIVE once nobody uses
+    it through the parent)."""
+    if cmd.subtype in WEAK_ALTER_SUBTYPES:
+        return True
+    if cmd.subtype == enums.AlterTableType.AT_DetachPartitionFinalize:
+        return True
+    part = cmd.def_
+    return (
+        cmd.subtype == enums.AlterTableType.AT_DetachPartition
+        and isinstance(part, ast.PartitionCmd)
+        and bool(part.concurrent)
+    )
+
+
 def _rel(rv: Any) -> tuple[str | None, str] | None:
     if isinstance(rv, ast.RangeVar) and rv.relname:
         return (rv.schemaname, rv.relname)
@@ -119,7 +136,7 @@ def _table_ops(node: ast.Node) -> list[TableOp]:
                 continue
             rel = _rel(n.relation)
             cmds = [c for c in n.cmds or () if isinstance(c, ast.AlterTableCmd)]
-            weak = bool(cmds) and all(c.subtype in WEAK_ALTER_SUBTYPES for c in cmds)
+            weak = bool(cmds) and all(_weak_alter(c) for c in cmds)
             out.append(TableOp("alter_table", relation=rel, weak=weak))
             for c in cmds:
                 if c.subtype == enums.AlterTableType.AT_DropColumn:

@@ -392,6 +392,26 @@ class ReportCheck(StrictModel):
         return self
 
 
+class LedgerCheck(StrictModel):
+    """State Integrity against the driver ledger: a SQL measure of the state (one number)
+    changes by what the workload clients committed.
+
+    The harness measures ``sql`` once on the prepared state, before any workload starts (the
+    baseline), and again when the check runs; the change must lie between what the clients
+    had committed before the measure and what they had committed, left in doubt or still had
+    in flight after it (``units``: transaction template -> change per committed unit; an
+    empty map means the measure must not change, and then it may be any value, not only a
+    number). Evaluation sections only (``evaluation.terminal`` / ``evaluation.integrity``).
+    """
+
+    check: Literal["ledger"] = "ledger"
+    name: str
+    sql: str
+    units: dict[str, float] = Field(default_factory=dict)
+    by_s: float | None = _by_s()
+    description: str = ""
+
+
 #: Checks the harness evaluates during the run (preconditions, manifestation, alert ``when``,
 #: terminal, integrity).
 LiveCheckSpec = Annotated[
@@ -400,7 +420,7 @@ LiveCheckSpec = Annotated[
 ]
 #: Every check; the report check is judged at scoring time (evaluation.terminal only).
 CheckSpec = Annotated[
-    SqlCheck | WorkloadCheck | PlanCheck | ServerLogCheck | MetricCheck | ReportCheck,
+    SqlCheck | WorkloadCheck | PlanCheck | ServerLogCheck | MetricCheck | ReportCheck | LedgerCheck,
     Field(discriminator="check"),
 ]
 
@@ -430,6 +450,12 @@ def check_placement_problems(scenario: Any) -> list[str]:
             problems.append(
                 f"{where}: a report check is judged at scoring from the agent's report; only "
                 "evaluation.terminal may hold it"
+            )
+        if isinstance(c, LedgerCheck) and not where.startswith("evaluation."):
+            problems.append(
+                f"{where}: a ledger check compares the state with its baseline on the prepared "
+                "state and the clients' commits since; only evaluation.terminal and "
+                "evaluation.integrity may hold it"
             )
         baseline = getattr(c, "baseline", None)
         if baseline is None:

@@ -14,7 +14,7 @@ from typing import Any
 from pglast import parser
 from pydantic import BaseModel
 
-from dbaops.scenario.checks import check_placement_problems
+from dbaops.scenario.checks import LedgerCheck, check_placement_problems
 from dbaops.scenario.model import OlapWorkload, Scenario
 from dbaops.tools.catalog import AGENT_TOOLS
 from dbaops.workloads.spec import WorkloadLibrary
@@ -164,6 +164,15 @@ def _check_problems(sc: Scenario, parts: list[tuple[str, BaseModel]]) -> list[st
                         "to them)"
                     )
                 seen.setdefault(check.name, where)
+    mixed = {t for w in sc.workloads if not isinstance(w, OlapWorkload) for t in w.mix}
+    for section, checks in groups["evaluation"]:
+        for i, check in enumerate(checks):
+            for unit in check.units if isinstance(check, LedgerCheck) else {}:
+                if unit not in mixed:
+                    problems.append(
+                        f"{section}[{i}].units.{unit}: no workload runs transaction {unit!r}, so "
+                        f"the ledger never counts it (run: {', '.join(sorted(mixed)) or 'none'})"
+                    )
     for where, model in parts:
         wname = getattr(model, "workload", None)
         if isinstance(wname, str) and getattr(model, "check", None) is not None:

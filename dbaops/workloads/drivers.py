@@ -320,6 +320,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
         deadline = scheduled + spec.deadline_ms / 1000.0
         give_up = scheduled + (spec.timeout_ms or 4 * spec.deadline_ms) / 1000.0
         retries = 0
+        in_doubt = 0  # attempts that may have committed without the client knowing
         attempts_left = spec.client.immediate_retries
         start: float | None = None
         sqlstate: str | None = None
@@ -327,6 +328,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
         ok = False
         cancelled = False
         token = id(drawn)
+        self.sink.ledger.begin(name)
         self.sink.started(spec.name, token, clock.to_scenario(scheduled),
                           clock.to_scenario(deadline), scheduled)  # fmt: skip
         try:
@@ -344,6 +346,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                     break
                 except AttemptTimeout:
                     error = "client_attempt_timeout"
+                    in_doubt += 1
                     if attempts_left > 0:
                         attempts_left -= 1
                         retries += 1
@@ -359,20 +362,25 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                     break
                 except TimeoutError:
                     error = "client_timeout"
+                    in_doubt += start is not None
                     break
                 except CONNECTION_ERRORS as exc:
                     error = f"{type(exc).__name__}: {exc}"[:300]
+                    in_doubt += start is not None
                     break
         except CONNECTION_ERRORS as exc:
             error = f"{type(exc).__name__}: {exc}"[:300]
+            in_doubt += start is not None
         except asyncpg.PostgresError as exc:
             sqlstate, error = exc.sqlstate, str(exc)[:300]
         except anyio.get_cancelled_exc_class():
             cancelled = True
             error = "unfinished at the end of the run"
+            in_doubt += start is not None and not ok
             raise
         finally:
             self.inflight -= 1
+            self.sink.ledger.end(name, committed=ok, in_doubt=in_doubt)
             self.sink.finished(token)
             end = clock.mono()
             # A unit cut off by the end of the run before its deadline has an unknown outcome
@@ -509,20 +517,29 @@ class BackgroundDriver(_TemplateDriver[BackgroundWorkload]):
                 drawn = self._draw(template)
                 t0 = clock.mono()
                 ok, sqlstate, error = False, None, None
+                sent, lost = False, False
+                self.sink.ledger.begin(name)
                 try:
                     if conn is None or conn.is_closed() or role != template.role:
                         if conn is not None:
                             await conn.close(timeout=5)
                         role = template.role
                         conn = await self.endpoint.connect(role, self.spec.app_name)
+                    sent = True
                     await _run_transaction(conn, template, drawn, t0 + 3600.0, clock)
                     ok = True
                 except asyncpg.PostgresError as exc:
                     sqlstate, error = exc.sqlstate, str(exc)[:300]
                 except CONNECTION_ERRORS as exc:
                     error = f"{type(exc).__name__}: {exc}"[:300]
+                    lost = sent
                     conn = None
                     await anyio.sleep(0.5)
+                except BaseException:  # cancelled at the end of the run: it may have committed
+                    lost = sent
+                    raise
+                finally:
+                    self.sink.ledger.end(name, committed=ok, in_doubt=int(lost))
                 t1 = clock.mono()
                 self.sink.add(
                     self.spec.name,

@@ -9,6 +9,7 @@ import anyio
 import polars as pl
 
 from dbaops.rundir import ParquetParts, read_parts
+from dbaops.workloads.ledger import DriverLedger
 from dbaops.workloads.samples import SAMPLE_SCHEMA, Outcome
 
 _COLUMNS = list(SAMPLE_SCHEMA)
@@ -22,7 +23,8 @@ class SampleSink:
     """Buffer of sample rows; ``flush`` writes one Parquet part; keeps a recent window in memory.
 
     Rows are plain tuples in :data:`SAMPLE_SCHEMA` column order: building a pydantic model per
-    transaction would cost more than the transaction on a busy client.
+    transaction would cost more than the transaction on a busy client. ``ledger`` counts what
+    the clients committed (see :mod:`dbaops.workloads.ledger`).
     """
 
     def __init__(self, parts: ParquetParts | None, recent_s: float = 120.0) -> None:
@@ -33,6 +35,7 @@ class SampleSink:
         self._lock = threading.Lock()
         self._inflight: dict[int, tuple[str, float, float, float]] = {}
         self.total = 0
+        self.ledger = DriverLedger()
 
     def add(
         self,
