@@ -31,6 +31,20 @@ async def test_olap_job_result_is_checked_against_the_prepared_reference(tmp_pat
     assert not sc.passed and "incorrect" in (sc.reason or "")
 
 
+async def test_olap_job_with_a_reference_query_is_checked_on_the_state_when_it_runs(
+    tmp_path: Path,
+) -> None:
+    result = await run_scenario(
+        SCENARIOS / "t-olap-at-run.yaml", RunOptions(time_scale=0.25, runs_dir=tmp_path)
+    )
+    assert result.status == "completed"
+    jobs = read_samples(result.run_dir).filter(pl.col("workload") == "reports").sort("scheduled_s")
+    assert jobs["outcome"].to_list() == ["on_time", "on_time", "on_time"]
+    # right on the prepared state, wrong from the stale view after new orders, right once
+    # the view is refreshed: the reference follows the state, not the prepared snapshot
+    assert jobs["correct"].to_list() == [True, False, True]
+
+
 class RestartAttempt:
     """Tries to restart the instance; on an external server that must be unavailable."""
 

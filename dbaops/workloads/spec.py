@@ -77,11 +77,18 @@ class TransactionTemplate(StrictModel):
 
 
 class JobTemplate(StrictModel):
-    """A unit of OLAP work: one query whose result can be checked."""
+    """A unit of OLAP work: one query whose result can be checked.
+
+    The expected result is the job's own ``sql`` on the prepared state, or, with
+    ``reference_sql``, that query's result computed by the harness at the time the job runs
+    (on the state when the job starts or when it ends: either is correct), for a job whose
+    right answer changes during the run or that must not be taken from a stale derived table.
+    """
 
     role: str = "reporting"
     sql: str
     check_result: bool = True
+    reference_sql: str | None = None
 
 
 class RoleSpec(StrictModel):
