@@ -12,6 +12,9 @@ One shared x-axis in scenario seconds, top to bottom:
   (orange step) against the budget allowed (orange dashed), and where it was exhausted
   (orange vertical line). A downward triangle marks where the workload left the survival
   curve. Workloads without an objective are drawn in 10 s windows and not judged.
+  Each run of missed windows is labelled with the event it follows ("3 missed after
+  blocker": the latest fault, alert or inspection at or before the window's start, see
+  :mod:`dbaops.analysis.series`), and the caption under the figure counts them per workload.
 * per workload, **latency** p50/p95/p99 of completed units per window (log scale) with the
   deadline, and late/error/dropped counts per window as bars (right axis).
 * **server** (when metrics were recorded): lock requests waiting and oldest transaction age.
@@ -22,6 +25,7 @@ One shared x-axis in scenario seconds, top to bottom:
 from __future__ import annotations
 
 import html
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +38,9 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from dbaops.analysis.htmlpage import frame_html, page, png_bytes, png_img
-from dbaops.analysis.series import RunSeries, WorkloadInfo, run_series
+from dbaops.analysis.series import RunSeries, WorkloadInfo, missed_by_event, run_series
 
-__all__ = ["plot_run", "run_figure", "window_steps"]
+__all__ = ["missed_summary", "plot_run", "run_figure", "window_steps"]
 
 EVENT_COLORS = {
     "fault": "#d62728",
@@ -93,6 +97,47 @@ def _spans(starts: list[float], ends: list[float]) -> list[tuple[float, float]]:
 
 def _fmt_s(x: float) -> str:
     return f"{x:.0f}" if abs(x - round(x)) < 0.05 or abs(x) >= 100 else f"{x:.1f}"
+
+
+def _after(event_id: str | None) -> str:
+    return f"after {event_id}" if event_id is not None else "before any event"
+
+
+def missed_summary(s: RunSeries) -> list[str]:
+    """One line per workload with an objective: its missed windows by the event they follow,
+    e.g. ``checkout: 3 missed after blocker, 1 missed after review`` (empty: no objective)."""
+    groups = missed_by_event(s.missed)
+    lines = []
+    for w in s.workloads:
+        if not w.has_objective:
+            continue
+        mine = groups.filter(pl.col("workload") == w.name)
+        parts = [
+            f"{g['n_missed']} missed {_after(g['after_event'])}" for g in mine.iter_rows(named=True)
+        ]
+        lines.append(f"{w.name}: {', '.join(parts) if parts else 'no missed windows'}")
+    return lines
+
+
+def _missed_labels(ax: Axes, s: RunSeries, w: WorkloadInfo) -> None:
+    """Label each run of missed windows with the event it follows, at its first window."""
+    groups = missed_by_event(s.missed.filter(pl.col("workload") == w.name))
+    for j, g in enumerate(groups.iter_rows(named=True)):
+        text = ax.text(
+            g["first_start_s"],
+            0.80 - 0.12 * (j % 3),
+            f" {g['n_missed']} missed {_after(g['after_event'])}",
+            transform=ax.get_xaxis_transform(),
+            fontsize=7,
+            color=_FAIL,
+            fontweight="bold",
+            ha="left",
+            va="center",
+            clip_on=True,
+            zorder=7,
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.75, "pad": 0.5},
+        )
+        text.set_gid(f"missed:{w.name}:{g['after_event'] or ''}")
 
 
 def _event_lines(ax: Axes, s: RunSeries) -> None:
@@ -225,6 +270,7 @@ def _ratio_panel(ax: Axes, s: RunSeries, w: WorkloadInfo) -> None:
     failing = win.filter(pl.col("compliant") == False)  # noqa: E712
     for a, b in _spans(failing["start_s"].to_list(), failing["end_s"].to_list()):
         ax.axvspan(a, b, color=_FAIL, alpha=0.22, lw=0, zorder=0)
+    _missed_labels(ax, s, w)
     ax.axvline(win["start_s"][0], color="#2ca02c", lw=0.8, alpha=0.5)
     res = w.result
     # failure budget on the right axis
@@ -434,6 +480,15 @@ def _title(s: RunSeries) -> str:
     return "  ·  ".join(parts)
 
 
+def _caption(s: RunSeries) -> list[str]:
+    """Caption lines: the missed windows of each scored workload by the event they follow."""
+    lines = missed_summary(s)
+    if not lines:
+        return []
+    text = "Missed Service Compliance windows, by the event they follow - " + "; ".join(lines)
+    return textwrap.wrap(text, width=210)
+
+
 def run_figure(s: RunSeries) -> Figure:
     """Build the per-run figure (see the module docstring for what each panel shows)."""
     panels: list[tuple[str, WorkloadInfo | None, float]] = [("timeline", None, 1.0)]
@@ -447,17 +502,24 @@ def run_figure(s: RunSeries) -> Figure:
     n_tools = s.tool_calls["tool"].n_unique() if s.tool_calls.height else 1
     panels.append(("tools", None, 0.5 + 0.2 * n_tools))
     heights = [p[2] for p in panels]
+    caption = _caption(s)
+    caption_in = 0.16 * len(caption) + 0.1 if caption else 0.0
     # fixed margins in inches: constrained layout costs seconds with many twin/log axes
-    width_in, height_in = 15.0, 1.45 * sum(heights) + 1.8
+    width_in, height_in = 15.0, 1.45 * sum(heights) + 1.8 + caption_in
     fig = Figure(figsize=(width_in, height_in))
     gap_in = 0.42
+    margins_in = 1.7 + caption_in
     fig.subplots_adjust(
         left=1.35 / width_in,
         right=1 - 0.95 / width_in,
         top=1 - 1.15 / height_in,
-        bottom=0.55 / height_in,
-        hspace=gap_in / ((height_in - 1.7 - gap_in * (len(panels) - 1)) / len(panels)),
+        bottom=(0.55 + caption_in) / height_in,
+        hspace=gap_in / ((height_in - margins_in - gap_in * (len(panels) - 1)) / len(panels)),
     )
+    if caption:
+        text = fig.text(1.35 / width_in, 0.08 / height_in, "\n".join(caption), fontsize=8,
+                        ha="left", va="bottom", color="#333")  # fmt: skip
+        text.set_gid("caption:missed")
     axes = fig.subplots(len(panels), 1, sharex=True, height_ratios=heights)
     axes = np.atleast_1d(axes)
     for ax, (kind, wi, _) in zip(axes, panels, strict=True):
@@ -558,18 +620,32 @@ def _workload_rows(s: RunSeries) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+def _missed_html(s: RunSeries) -> str:
+    """The missed-windows section: per workload and preceding event, or a sentence why not."""
+    head = "<h2>Missed windows by the event they follow</h2>"
+    lines = missed_summary(s)
+    if not lines:
+        return head + "<p class='muted'>no Service Compliance objectives</p>"
+    groups = missed_by_event(s.missed)
+    summary = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+    table = frame_html(groups) if groups.height else ""
+    return f"{head}<ul>{summary}</ul>{table}"
+
+
 def _html(s: RunSeries, png: bytes) -> str:
     esc = html.escape
     body = [f"<p>{esc(_title(s))}</p>", f"<p class='muted'>{esc(str(s.run.path))}</p>"]
     body.append(png_img(png, "run time series"))
     body.append("<h2>Verdicts</h2>" + frame_html(_verdict_rows(s)))
     body.append("<h2>Service Compliance by workload</h2>" + frame_html(_workload_rows(s)))
+    body.append(_missed_html(s))
     failing = s.windows.filter(pl.col("has_objective") & (pl.col("compliant") == False))  # noqa: E712
     if failing.height:
+        after = s.missed.select("workload", "index", "after_event")
         body.append(
             "<h2>Failing windows</h2>"
             + frame_html(
-                failing.select(
+                failing.join(after, on=["workload", "index"], how="left").select(
                     "workload",
                     "index",
                     "start_s",
@@ -581,6 +657,7 @@ def _html(s: RunSeries, png: bytes) -> str:
                     "n_dropped",
                     "n_incorrect",
                     "ratio",
+                    "after_event",
                 ),  # fmt: skip
                 max_rows=200,
             )

@@ -51,12 +51,11 @@ Repeats and pass^k
     (and their count); the per-repeat table gives the pass rate of each repeat index.
 
 Service Compliance survival (Fig. 9 left)
-    Cases are valid runs of scenarios with Service Compliance objectives. A case leaves at
-    ``left_at_s / horizon`` (earliest ``left_at_s`` over its workloads, horizon = scheduled
-    scenario horizon) and stays in to the end when Service Compliance passed. Each scenario
-    weighs the same within a system; repeats split their scenario's weight. ``S(t)`` is the
-    weighted share of cases that have not left by ``t`` (right-continuous: a case leaving
-    at ``t`` is out at ``t``).
+    Over the valid persistent runs with Service Compliance objectives only (see
+    :mod:`dbaops.analysis.survival` for when a case leaves): ``survival.png``, ``S(t)`` at 21
+    normalised times, a per-system table (share still compliant at the end, how many cases
+    left by which cause) and the cases themselves. Without such runs the report says so and
+    writes no survival figure.
 """
 
 from __future__ import annotations
@@ -88,6 +87,13 @@ from dbaops.analysis.rundata import (
     run_model,
     run_time_scale,
 )
+from dbaops.analysis.survival import (
+    case_exit,
+    survival_cases,
+    survival_curve,
+    survival_figure,
+    survival_table,
+)
 
 __all__ = [
     "ALL_SYSTEMS",
@@ -104,6 +110,7 @@ __all__ = [
     "run_summary",
     "survival_curve",
     "survival_figure",
+    "survival_table",
 ]
 
 ALL_SYSTEMS = "(all)"
@@ -141,6 +148,8 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "left_at_s": pl.Float64(),
     "horizon_s": pl.Float64(),
     "left_norm": pl.Float64(),
+    "left_workload": pl.String(),
+    "left_cause": pl.String(),
     "n_tool_calls": pl.Int64(),
     "n_model_calls": pl.Int64(),
     "input_tokens": pl.Int64(),
@@ -270,14 +279,8 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     scv = verdict.get("service_compliance") or {}
     sc_applicable = bool(scv.get("applicable")) if scv else False
     sc_pass = _bool(scv.get("passed")) if sc_applicable else None
-    lefts = [
-        float(w["left_at_s"])
-        for w in (scv.get("workloads") or {}).values()
-        if isinstance(w, dict) and isinstance(w.get("left_at_s"), int | float)
-    ]
-    left = min(lefts) if lefts else None
     horizon = run.scheduled_horizon_s
-    left_norm = (left / horizon) if (left is not None and horizon) else None
+    left = case_exit(scv, horizon) if sc_applicable else None
     cost = run_cost(run)
     n_tools = verdict.get("tool_calls")
     return {
@@ -309,9 +312,11 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         "diagnosis_unresolved": diagnosis_unresolved,
         "sc_applicable": sc_applicable,
         "sc_pass": sc_pass,
-        "left_at_s": left,
+        "left_at_s": left.left_at_s if left else None,
         "horizon_s": horizon,
-        "left_norm": left_norm,
+        "left_norm": left.left_norm if left else None,
+        "left_workload": left.workload if left else None,
+        "left_cause": left.cause if left else None,
         "n_tool_calls": n_tools if isinstance(n_tools, int) else len(run.tool_calls),
         "n_model_calls": cost["n_model_calls"],
         "input_tokens": cost["input_tokens"],
@@ -536,41 +541,6 @@ def repeat_spread(valid: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema, orient="row" if rows else None)
 
 
-def survival_curve(valid: pl.DataFrame, times: list[float] | np.ndarray) -> pl.DataFrame:
-    """Service Compliance survival S(t) per system at normalised times (see module doc)."""
-    cases = valid.filter(pl.col("sc_applicable"))
-    rows: list[dict[str, Any]] = []
-    for system in _systems(cases):
-        mine = cases.filter(pl.col("system") == system).with_columns(
-            (1.0 / pl.len().over("scenario")).alias("w")
-        )
-        w = mine["w"].to_numpy()
-        total = float(w.sum())
-        left = mine["left_norm"].fill_null(math.inf).to_numpy()
-        n_sc = mine["scenario"].n_unique()
-        scale = mine["time_scale"][0]
-        for t in times:
-            rows.append(
-                {
-                    "system": system,
-                    "time_scale": scale,
-                    "t_norm": float(t),
-                    "survival": float(w[left > t].sum() / total),
-                    "n_cases": mine.height,
-                    "n_scenarios": n_sc,
-                }
-            )
-    schema = {
-        "system": pl.String,
-        "time_scale": pl.Float64,
-        "t_norm": pl.Float64,
-        "survival": pl.Float64,
-        "n_cases": pl.Int64,
-        "n_scenarios": pl.Int64,
-    }
-    return pl.DataFrame(rows, schema=schema, orient="row" if rows else None)
-
-
 def _systems(df: pl.DataFrame) -> list[str]:
     return sorted(df["system"].unique().to_list()) if df.height else []
 
@@ -580,42 +550,6 @@ def _pools(df: pl.DataFrame) -> list[str]:
 
 
 # --------------------------------------------------------------------------- figures
-
-
-def survival_figure(valid: pl.DataFrame) -> Figure:
-    """Fig. 9 (left): Service Compliance survival over normalised scenario time per system."""
-    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
-    ax = fig.subplots()
-    cases = valid.filter(pl.col("sc_applicable"))
-    if cases.height == 0:
-        ax.text(0.5, 0.5, "no runs with Service Compliance objectives", ha="center",
-                transform=ax.transAxes, color="#777")  # fmt: skip
-    for i, system in enumerate(_systems(cases)):
-        mine = cases.filter(pl.col("system") == system)
-        # exact steps: the curve changes only where a case leaves
-        lefts = sorted({v for v in mine["left_norm"].drop_nulls().to_list() if v <= 1.0})
-        knots = [0.0, *lefts, 1.0]
-        cur = survival_curve(mine, knots)
-        xs, ys = [], []
-        prev = 1.0
-        for t, s in zip(cur["t_norm"].to_list(), cur["survival"].to_list(), strict=True):
-            xs += [t, t]
-            ys += [prev, s]
-            prev = s
-        n_sc = mine["scenario"].n_unique()
-        final = cur["survival"][-1]
-        ax.plot(xs, ys, lw=2, color=f"C{i}",
-                label=f"{system}: {final * 100:.1f} % at end ({mine.height} runs, "
-                      f"{n_sc} scenarios)")  # fmt: skip
-    ax.set_xlim(0, 1)
-    ax.set_ylim(-0.03, 1.05)
-    ax.set_xlabel("normalised scenario time (t / horizon)")
-    ax.set_ylabel("share of cases still compliant")
-    ax.set_title("Service Compliance survival (equal weight per scenario)", fontsize=10)
-    ax.grid(color="#e5e5e5")
-    if cases.height:
-        ax.legend(fontsize=8, loc="lower left")
-    return fig
 
 
 def pass_rates_figure(rates: pl.DataFrame) -> Figure:
@@ -677,7 +611,10 @@ _TITLES = {
     "conditional_rates": "Conditional rates (paper §6.2, §6.4)",
     "pass_k": "pass^k over repeated runs (tau-bench estimator; std over scenarios)",
     "repeat_spread": "Pass rate per repeat index (%)",
-    "survival": "Service Compliance survival over normalised time (paper Fig. 9 left)",
+    "survival": "Service Compliance survival S(t) over normalised time (paper Fig. 9 left)",
+    "survival_by_system": "Service Compliance survival per system: share of cases still "
+    "compliant at the end, cases by how they left (paper Fig. 9 left)",
+    "survival_cases": "Service Compliance survival cases (valid persistent runs)",
 }
 _PCT = {
     "pass_rates": _RATE_COLS,
@@ -689,10 +626,27 @@ _PCT = {
     "pass_k": {"pass_k", "std_over_scenarios"},
     "repeat_spread": {"mean", "min", "max"},
     "survival": {"survival"},
+    "survival_by_system": {"survival_end"},
 }
 
 
 PLACEHOLDER_NOTE = "(placeholder prices)"
+NO_SURVIVAL = (
+    "No valid persistent runs with Service Compliance objectives: no survival figure "
+    "(bounded runs are not cases)."
+)
+_CASE_COLUMNS = [
+    "system",
+    "scenario",
+    "run_id",
+    "repeat",
+    "sc_pass",
+    "left_norm",
+    "left_at_s",
+    "horizon_s",
+    "left_workload",
+    "left_cause",
+]
 
 
 def _mean_cost_text(mean: float | None, n_cost: int, n_placeholder: int) -> str:
@@ -744,7 +698,8 @@ def build_report(runs_dir: Path, out_dir: Path, html: bool = False) -> ReportRes
     """Discover run directories below ``runs_dir`` and write the report to ``out_dir``.
 
     Writes ``<table>.csv`` and ``<table>.md`` per table, ``report.md`` with all of them,
-    ``survival.png`` and ``pass_rates.png``; with ``html`` also a self-contained
+    ``pass_rates.png`` and, when there are persistent runs with Service Compliance
+    objectives, ``survival.png``; with ``html`` also a self-contained
     ``report.html`` (figures embedded as data URIs, no scripts).
     """
     out = Path(out_dir)
@@ -773,7 +728,11 @@ def build_report(runs_dir: Path, out_dir: Path, html: bool = False) -> ReportRes
         tables["conditional_rates"] = conditional_rates(valid)
         tables["pass_k"] = pass_k_table(valid)
         tables["repeat_spread"] = repeat_spread(valid)
-        tables["survival"] = survival_curve(valid, np.round(np.linspace(0, 1, 21), 4))
+    cases = survival_cases(valid)
+    if cases.height:
+        tables["survival_by_system"] = survival_table(cases)
+        tables["survival"] = survival_curve(cases, np.round(np.linspace(0, 1, 21), 4))
+        tables["survival_cases"] = cases.select(_CASE_COLUMNS).sort("system", "scenario", "repeat")
     files: list[Path] = []
     notes = _notes(runs, valid)
     md_parts = [
@@ -792,15 +751,18 @@ def build_report(runs_dir: Path, out_dir: Path, html: bool = False) -> ReportRes
         files.append(out / f"{name}.md")
         if name != "runs":
             md_parts.append(f"## {_TITLES.get(name, name)}\n\n{md}")
+    if not cases.height:
+        md_parts.append(f"## {_TITLES['survival']}\n\n{NO_SURVIVAL}\n")
     figs: dict[str, bytes] = {}
+    if cases.height:
+        figs["survival"] = png_bytes(survival_figure(cases), dpi=120)
     if valid.height:
-        figs["survival"] = png_bytes(survival_figure(valid), dpi=120)
         figs["pass_rates"] = png_bytes(pass_rates_figure(tables["pass_rates"]), dpi=120)
-        for name, data in figs.items():
-            p = out / f"{name}.png"
-            p.write_bytes(data)
-            files.append(p)
-            md_parts.append(f"![{name}]({name}.png)\n")
+    for name, data in figs.items():
+        p = out / f"{name}.png"
+        p.write_bytes(data)
+        files.append(p)
+        md_parts.append(f"![{name}]({name}.png)\n")
     report_md = out / "report.md"
     report_md.write_text("\n".join(md_parts), encoding="utf-8")
     files.append(report_md)
@@ -820,8 +782,14 @@ def build_report(runs_dir: Path, out_dir: Path, html: bool = False) -> ReportRes
         for name in ("pass_k", "repeat_spread"):
             if name in tables:
                 body.append(f"<h2>{_TITLES[name]}</h2>" + frame_html(tables[name], _PCT.get(name)))
+        body.append(f"<h2>{_TITLES['survival']}</h2>")
         if "survival" in figs:
-            body.append(f"<h2>{_TITLES['survival']}</h2>" + png_img(figs["survival"], "survival"))
+            body.append(png_img(figs["survival"], "survival"))
+            for name in ("survival_by_system", "survival_cases"):
+                table = frame_html(tables[name], _PCT.get(name))
+                body.append(f"<h3>{htmlmod.escape(_TITLES[name])}</h3>" + table)
+        else:
+            body.append(f"<p>{NO_SURVIVAL}</p>")
         body.append(f"<h2>{_TITLES['excluded_runs']}</h2>" + frame_html(excluded))
         body.append(f"<h2>{_TITLES['runs']}</h2>" + frame_html(runs.drop("run_dir")))
         report_html = out / "report.html"

@@ -10,10 +10,23 @@ Windows
     plot shows what was scored. A workload without an objective is cut into
     :data:`DEFAULT_WINDOW_S` windows from t = 0 (shown, never judged). Latency percentiles and
     error/dropped counts use the same window grid and also cover the warm-up before t = 0.
+
+Missed windows and the event they follow
+    A missed window is a scored (objective) window that is not compliant; insufficient windows
+    are not missed. It follows the latest timeline event (fault, alert or inspection) whose
+    scheduled time is at or before the window's start. The scheduled time, not the fire time,
+    because the window grid and the event program share scenario time and an event is recorded
+    a little after it was due (a one-shot fault only once applied): the window that starts
+    with a fault is the fault's. Only events that happened count: an alert whose condition did
+    not hold (``skipped``) or a fault that could not be applied (``failed``, possibly recorded
+    after it was first ``fired``) is not on the timeline. A window before every event follows
+    none.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +49,10 @@ __all__ = [
     "RunSeries",
     "WorkloadInfo",
     "latency_windows",
+    "missed_by_event",
+    "missed_windows",
+    "occurred_events",
+    "preceding_events",
     "read_sample_columns",
     "run_series",
 ]
@@ -86,6 +103,7 @@ class RunSeries:
     actors: pl.DataFrame
     tool_calls: pl.DataFrame
     server: pl.DataFrame  # t_s, series, value (may be empty)
+    missed: pl.DataFrame  # missed windows with the event each follows (see module doc)
     notes: list[str] = field(default_factory=list)
 
 
@@ -206,6 +224,77 @@ def _events_frame(run: RunData) -> pl.DataFrame:
         "status": pl.String,
     }
     return pl.DataFrame(rows, schema=schema, orient="row" if rows else None)
+
+
+_EPS = 1e-9
+
+
+def preceding_events(
+    starts: Sequence[float], events: Sequence[tuple[float, str]]
+) -> list[str | None]:
+    """For each start time, the id of the latest event at or before it (None: before all).
+
+    ``events`` are (time_s, event_id) pairs in any order; of events at the same time, the one
+    listed last is the latest (the program's order).
+    """
+    ordered = sorted(events, key=lambda e: e[0])  # stable: ties keep their listed order
+    times = [t for t, _ in ordered]
+    out: list[str | None] = []
+    for start in starts:
+        i = bisect_right(times, start + _EPS)
+        out.append(ordered[i - 1][1] if i else None)
+    return out
+
+
+def occurred_events(events: pl.DataFrame) -> list[tuple[float, str]]:
+    """(scheduled time, id) of the events that happened: the last record of each is ``fired``."""
+    if events.height == 0:
+        return []
+    last = events.group_by("event_id", maintain_order=True).last()
+    fired = last.filter(pl.col("status") == "fired").sort("at_s", maintain_order=True)
+    return list(zip(fired["at_s"].to_list(), fired["event_id"].to_list(), strict=True))
+
+
+_MISSED_COLUMNS = ["workload", "index", "start_s", "end_s", "n_units", "n_on_time", "ratio"]
+
+
+def missed_windows(windows: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """The missed windows (scored, not compliant), each with the event it follows.
+
+    ``windows`` is :attr:`RunSeries.windows` (``has_objective`` optional: without it every
+    window is a scored one) and ``events`` the events frame (``event_id``, ``at_s``, ``type``,
+    ``status``). ``after_event`` is null for a window before every event.
+    """
+    scored = pl.col("has_objective") if "has_objective" in windows.columns else pl.lit(True)
+    missed = (
+        windows.filter(scored & (pl.col("compliant") == False))  # noqa: E712
+        .sort("workload", "index")
+        .select(_MISSED_COLUMNS)
+    )
+    happened = occurred_events(events)
+    after = preceding_events(missed["start_s"].to_list(), happened)
+    at = {e: t for t, e in happened}
+    kind = dict(zip(events["event_id"].to_list(), events["type"].to_list(), strict=True))
+    return missed.with_columns(
+        pl.Series("after_event", after, pl.String),
+        pl.Series("after_type", [kind.get(e) if e else None for e in after], pl.String),
+        pl.Series("after_at_s", [at.get(e) if e else None for e in after], pl.Float64),
+    )
+
+
+def missed_by_event(missed: pl.DataFrame) -> pl.DataFrame:
+    """Per workload and preceding event: how many windows were missed, first to last, in
+    time order (``after_event`` null: before every event)."""
+    return (
+        missed.group_by("workload", "after_event", maintain_order=True)
+        .agg(
+            pl.col("after_type").first(),
+            pl.len().cast(pl.Int64).alias("n_missed"),
+            pl.col("start_s").min().alias("first_start_s"),
+            pl.col("end_s").max().alias("last_end_s"),
+        )
+        .sort("workload", "first_start_s")
+    )
 
 
 def _actor_frame(run: RunData, end_s: float) -> pl.DataFrame:
@@ -377,6 +466,7 @@ def run_series(run_dir: Path, samples: pl.DataFrame | None = None) -> RunSeries:
         grids[n] = (obj.from_s + obj.grace_s, obj.window_s)
     latency = latency_windows(samples, grids, x_min, scored)
     end_s = run.last_t_scn if run.end is None and run.last_t_scn is not None else horizon
+    events = _events_frame(run)
     return RunSeries(
         run=run,
         horizon_s=horizon,
@@ -386,8 +476,9 @@ def run_series(run_dir: Path, samples: pl.DataFrame | None = None) -> RunSeries:
         workloads=workloads,
         windows=windows,
         latency=latency,
-        events=_events_frame(run),
+        events=events,
         actors=_actor_frame(run, min(end_s, horizon)),
         tool_calls=_tool_frame(run),
         server=_server_frame(run.path),
+        missed=missed_windows(windows, events),
     )

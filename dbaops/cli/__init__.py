@@ -326,10 +326,12 @@ def report(
     html: Annotated[bool, typer.Option("--html")] = False,
 ) -> None:
     """Paper-style tables and figures over many runs (pass rates, pass^k, survival, cost)."""
-    from dbaops.analysis.report import build_report
+    from dbaops.analysis.report import NO_SURVIVAL, build_report
 
     result = build_report(runs_dir, out, html=html)
     console.print(f"{result.n_runs} runs, {result.n_valid} valid")
+    if "survival_by_system" not in result.tables:
+        console.print(NO_SURVIVAL)
     for path in result.files:
         console.print(f"wrote {path}")
 

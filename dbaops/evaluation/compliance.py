@@ -47,7 +47,9 @@ Semantics
   time; the end of the first window below the floor; the start of the first failing
   continuation window (or the continuation span start when nothing there could be
   evaluated); the span start when there is nothing to evaluate. So ``passed`` is
-  equivalent to ``left_at_s is None``, and a survival curve ends at the pass rate.
+  equivalent to ``left_at_s is None``. The report's survival curve
+  (:mod:`dbaops.analysis.survival`) times a failed final continuation at the span's end
+  instead, since it is judged when it is over, so the curve ends at the pass rate.
 """
 
 from __future__ import annotations
