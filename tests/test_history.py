@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import asyncpg
 import polars as pl
 import pytest
 
+from dbaops.clock import ScenarioClock
 from dbaops.engine.history import effective_history
+from dbaops.engine.metrics import MetricSampler
+from dbaops.engine.metrics_registry import METRIC_SCHEMA
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.records import PhaseRecord
 from dbaops.rundir import read_metrics, read_samples, read_trace
@@ -44,3 +48,27 @@ async def test_history_precedes_the_warm_up_in_every_run_and_is_part_of_the_snap
     assert effective_history(sc, 0) is None
     with_history = effective_history(sc, 600)
     assert preparation_key(sc, lib, "15", with_history) != preparation_key(sc, lib, "15", None)
+
+
+async def test_a_seeded_history_survives_the_consolidation_of_sampled_frames() -> None:
+    """History frames (read back from Parquet, String columns) and sampled frames are kept
+    together; once enough frames pile up they are concatenated, which must not fail."""
+
+    async def no_server() -> asyncpg.Connection:
+        raise OSError("not used")
+
+    sampler = MetricSampler(no_server, ScenarioClock(1.0), None, database="shop")
+    past = pl.DataFrame(
+        {"t_s": [-60.0], "metric": ["db.xact_commit"], "label": [""], "value": [1.0]},
+        schema=METRIC_SCHEMA,
+    )
+    sampler.seed(past)
+    for i in range(40):
+        sampler._buf = {"t_s": [float(i)], "metric": ["db.xact_commit"], "label": [""],
+                        "value": [float(i)]}  # fmt: skip
+        sampler._buffered_samples = 1
+        await sampler.flush()
+    frame = sampler.snapshot()
+    assert frame.height == 41
+    assert frame["t_s"].min() == -60.0
+    assert dict(frame.schema) == METRIC_SCHEMA

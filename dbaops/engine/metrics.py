@@ -326,8 +326,9 @@ class MetricSampler:
                 log.error("sampler_flush_failed", error=str(exc), rows=frame.height)
 
     def seed(self, frame: pl.DataFrame) -> None:
-        """Rows recorded before this sampler started (the workload history), kept first."""
-        self._history.insert(0, frame)
+        """Rows recorded before this sampler started (the workload history), kept first (in
+        the kept frames' column types, so they concatenate with the sampled ones)."""
+        self._history.insert(0, frame.with_columns(pl.col("metric", "label").cast(pl.Categorical)))
 
     def snapshot(self) -> pl.DataFrame:
         """All rows sampled so far (history plus unflushed buffer), in :data:`METRIC_SCHEMA`."""
