@@ -45,7 +45,9 @@ async def test_ledger_checks_pass_while_the_state_follows_the_clients_and_fail_a
     records = read_trace(result.run_dir)
     phases = [r for r in records if isinstance(r, PhaseRecord)]
     (baseline,) = [r for r in phases if r.phase == "ledger_baseline"]
-    assert set(baseline.detail) == {"notes_conserved", "customers_unchanged"}
+    assert set(baseline.detail["baselines"]) == {"notes_conserved", "customers_unchanged"}
+    # a measure that fails on the prepared state is recorded; its check fails, the run goes on
+    assert "no_such_table" in baseline.detail["errors"]["unmeasurable"]
     checks = [r for r in records if isinstance(r, CheckRecord) and r.purpose == "integrity"]
     probe = {r.name: r for r in checks if r.t_scn < 14}
     final = {r.name: r for r in checks if r.t_scn >= 14}
@@ -62,6 +64,8 @@ async def test_ledger_checks_pass_while_the_state_follows_the_clients_and_fail_a
     assert observed["change"] == committed - 1
     assert not final["notes_conserved"].passed
     assert not final["customers_unchanged"].passed
+    assert not final["unmeasurable"].passed
+    assert "no baseline" in (final["unmeasurable"].error or "")
     verdict = score_run(result.run_dir)
     assert verdict.state_integrity.passed is False
 

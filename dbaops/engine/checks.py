@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import polars as pl
 
 from dbaops.backends.endpoint import HARNESS_APPLICATION, Endpoint
@@ -201,19 +202,27 @@ async def _connect(role: str, login: bool, database: str | None, endpoint: Endpo
 
 
 # -- ledger ------------------------------------------------------------------------------------
-async def ledger_baselines(checks: list[CheckSpec], endpoint: Endpoint) -> dict[str, Any]:
-    """The measures of the ledger checks on the prepared state (before any workload runs)."""
+async def ledger_baselines(
+    checks: list[CheckSpec], endpoint: Endpoint
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The measures of the ledger checks on the prepared state (before any workload runs),
+    and the errors of those that could not be measured (each such check then fails with
+    "no baseline", the run goes on)."""
     out: dict[str, Any] = {}
+    errors: dict[str, str] = {}
     ledger = [c for c in checks if isinstance(c, LedgerCheck)]
     if not ledger:
-        return out
+        return out, errors
     conn = await _connect("postgres", False, None, endpoint)
     try:
         for check in ledger:
-            out[check.name] = _jsonable(await conn.fetchval(check.sql, timeout=120))
+            try:
+                out[check.name] = _jsonable(await conn.fetchval(check.sql, timeout=120))
+            except (asyncpg.PostgresError, TimeoutError) as exc:
+                errors[check.name] = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         await conn.close(timeout=5)
-    return out
+    return out, errors
 
 
 async def _ledger(

@@ -725,13 +725,14 @@ async def run_scenario(
             monitor.phase = "activation"
             for fault in sc.preparation.activation:
                 await tg.start(run_fault, fault, ctx)
-            baselines = await ledger_baselines(
+            baselines, unmeasured = await ledger_baselines(
                 [*sc.evaluation.terminal, *sc.evaluation.integrity], endpoint
             )
-            if baselines:
+            if baselines or unmeasured:
                 sources = dataclasses.replace(sources, ledger_baselines=baselines)
                 trace.write(PhaseRecord(t_scn=clock.now(), phase="ledger_baseline",
-                                        detail=baselines))  # fmt: skip
+                                        detail={"baselines": baselines,
+                                                "errors": unmeasured}))  # fmt: skip
             # The warm-up starts once every live fault is in place, so the system the agent
             # meets at t = 0 has been faulty for the whole warm-up at any time scale.
             clock.restart(-sc.preparation.warmup_s)
