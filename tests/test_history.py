@@ -72,3 +72,11 @@ async def test_a_seeded_history_survives_the_consolidation_of_sampled_frames() -
     assert frame.height == 41
     assert frame["t_s"].min() == -60.0
     assert dict(frame.schema) == METRIC_SCHEMA
+
+
+def test_a_workload_that_starts_during_the_timeline_is_not_part_of_the_history() -> None:
+    sc, _, _ = load_scenario("pg-p-04")
+    started_later = {w.name for w in sc.workloads if getattr(w, "start_s", None)}
+    assert started_later == {"live_stock"}
+    history = {w.name for w in sc.history_workloads()}
+    assert history == {w.name for w in sc.workloads} - started_later

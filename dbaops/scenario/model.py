@@ -450,13 +450,16 @@ class Scenario(StrictModel):
     def history_workloads(self) -> list[OltpWorkload | BackgroundWorkload]:
         """The workloads a history runs (``preparation.history``): OLTP and background ones on
         the primary (the standby does not exist yet), for the whole history (no start or
-        stop times)."""
+        stop times), except workloads that start after t = 0: those are part of the
+        incident's timeline (a new panel's release), not of the past."""
         return [
             w.model_copy(update={"start_s": None, "stop_s": None})
             if isinstance(w, OltpWorkload)
             else w
             for w in self.workloads
-            if w.server == "primary" and isinstance(w, OltpWorkload | BackgroundWorkload)
+            if w.server == "primary"
+            and isinstance(w, OltpWorkload | BackgroundWorkload)
+            and not (isinstance(w, OltpWorkload) and (w.start_s or 0.0) > 0)
         ]
 
     def solutions(self) -> dict[str, ReferenceSolution]:
