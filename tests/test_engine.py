@@ -156,6 +156,40 @@ class StopTheServer:
         await session.tools["manage_instance"].handler({"action": "stop"})
 
 
+async def test_a_load_whose_sessions_cannot_connect_is_a_failed_event_not_a_failed_run(
+    tmp_path: Path,
+) -> None:
+    """The load's sessions run in their own task group: a connection refused there (here a
+    database that does not exist; in pg-p-04 a server out of slots) must still be recorded
+    as the event's failure."""
+    text = (
+        (SCENARIOS / "t-lock-stall.yaml")
+        .read_text()
+        .replace(
+            """    fault:
+      kind: hold_transaction""",
+            """    fault:
+      kind: load
+      database: no_such_database
+      sessions: 2
+      statements: ["SELECT 1"]
+  - id: hold_later
+    at: 30
+    fault:
+      kind: hold_transaction""",
+        )
+    )
+    path = tmp_path / "t-load-fails.yaml"
+    path.write_text(text)
+    result = await run_scenario(path, RunOptions(time_scale=0.25, runs_dir=tmp_path), agent="noop")
+    assert result.status == "completed", result.reason
+    events = [r for r in read_trace(result.run_dir) if isinstance(r, EventRecord)]
+    failed = [e for e in events if e.status == "failed"]
+    assert [e.event_id for e in failed] == ["hold"]
+    assert "no_such_database" in failed[0].detail["error"]
+    assert any(e.event_id == "hold_later" and e.status == "fired" for e in events)
+
+
 async def test_a_timed_fault_the_agent_made_impossible_is_recorded_and_the_run_goes_on(
     tmp_path: Path,
 ) -> None:

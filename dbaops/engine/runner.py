@@ -365,11 +365,13 @@ def _fault_error(exc: BaseException) -> str:
 
 
 async def _event_actor(ev: Event, ctx: ActorContext, trace: RunTrace) -> None:
-    """A live actor of the event program; one that cannot start is recorded, not fatal."""
+    """A live actor of the event program; one that cannot start is recorded, not fatal (also
+    when the failure comes out of the actor's own task group, e.g. a load whose sessions
+    cannot connect because the server has no slots left)."""
     assert ev.fault is not None
     try:
         await run_fault(ev.fault, ctx)
-    except FAULT_FAILURES as exc:
+    except* FAULT_FAILURES as group:
         trace.write(
             EventRecord(
                 t_scn=ctx.clock.now(),
@@ -377,7 +379,7 @@ async def _event_actor(ev: Event, ctx: ActorContext, trace: RunTrace) -> None:
                 at_s=ev.at,
                 fault=ev.fault.kind,
                 status="failed",
-                detail={"error": _fault_error(exc)},
+                detail={"error": "; ".join(_fault_error(e) for e in group.exceptions)[:600]},
             )
         )
 
