@@ -60,8 +60,10 @@ async def test_ledger_checks_pass_while_the_state_follows_the_clients_and_fail_a
     observed = final["notes_conserved"].observed
     assert committed > 0
     assert observed["ledger"]["log_note"]["committed"] == committed
-    assert observed["allowed"] == [committed, committed]
-    assert observed["change"] == committed - 1
+    # exact unless a unit timed out on a busy machine (then in doubt: the upper bound widens)
+    in_doubt = observed["ledger"]["log_note"]["in_doubt"]
+    assert observed["allowed"] == [committed, committed + in_doubt]
+    assert observed["change"] == committed - 1 < observed["allowed"][0]
     assert not final["notes_conserved"].passed
     assert not final["customers_unchanged"].passed
     assert not final["unmeasurable"].passed

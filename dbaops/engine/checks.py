@@ -213,16 +213,21 @@ async def ledger_baselines(
     ledger = [c for c in checks if isinstance(c, LedgerCheck)]
     if not ledger:
         return out, errors
+    for check in ledger:
+        try:
+            out[check.name] = await _measure(check, endpoint)
+        except (asyncpg.PostgresError, TimeoutError) as exc:
+            errors[check.name] = f"{type(exc).__name__}: {exc}"[:300]
+    return out, errors
+
+
+async def _measure(check: LedgerCheck, endpoint: Endpoint) -> Any:
+    """A ledger check's measure now, from a hidden harness session."""
     conn = await _connect("postgres", False, None, endpoint)
     try:
-        for check in ledger:
-            try:
-                out[check.name] = _jsonable(await conn.fetchval(check.sql, timeout=120))
-            except (asyncpg.PostgresError, TimeoutError) as exc:
-                errors[check.name] = f"{type(exc).__name__}: {exc}"[:300]
+        return _jsonable(await conn.fetchval(check.sql, timeout=120))
     finally:
         await conn.close(timeout=5)
-    return out, errors
 
 
 async def _ledger(
@@ -235,11 +240,7 @@ async def _ledger(
         raise CheckUnavailable("no baseline: the measure was not taken on the prepared state")
     base = baselines[check.name]
     before = sink.ledger.snapshot()
-    conn = await _connect("postgres", False, None, endpoint)
-    try:
-        value = _jsonable(await conn.fetchval(check.sql, timeout=120))
-    finally:
-        await conn.close(timeout=5)
+    value = await _measure(check, endpoint)
     after = sink.ledger.snapshot()
     observed: dict[str, Any] = {"baseline": base, "value": value}
     if not check.units:

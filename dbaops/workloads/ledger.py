@@ -10,7 +10,6 @@ unit, at most every committed, in-doubt and in-flight one.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 
 from pydantic import BaseModel, Field
@@ -34,41 +33,38 @@ class LedgerSnapshot(BaseModel):
 
 
 class DriverLedger:
-    """Thread-safe counters the drivers update as their units begin and end."""
+    """Counters the drivers update as their units begin and end (all on the run's event
+    loop, so no lock on the drivers' hot path)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._committed: Counter[str] = Counter()
         self._in_doubt: Counter[str] = Counter()
         self._in_flight: Counter[str] = Counter()
 
     def begin(self, unit: str) -> None:
         """A unit of template ``unit`` is about to send its first statement."""
-        with self._lock:
-            self._in_flight[unit] += 1
+        self._in_flight[unit] += 1
 
     def end(self, unit: str, committed: bool, in_doubt: int = 0) -> None:
         """The unit ended: committed (the client saw the commit succeed) or not, after
         ``in_doubt`` attempts whose outcome the client could not know."""
-        with self._lock:
-            self._in_flight[unit] -= 1
-            if committed:
-                self._committed[unit] += 1
-            self._in_doubt[unit] += in_doubt
+        self._in_flight[unit] -= 1
+        if committed:
+            self._committed[unit] += 1
+        self._in_doubt[unit] += in_doubt
 
     def snapshot(self) -> LedgerSnapshot:
-        with self._lock:
-            names = set(self._committed) | set(self._in_doubt) | set(self._in_flight)
-            return LedgerSnapshot(
-                units={
-                    n: LedgerEntry(
-                        committed=self._committed[n],
-                        in_doubt=self._in_doubt[n],
-                        in_flight=self._in_flight[n],
-                    )
-                    for n in sorted(names)
-                }
-            )
+        names = set(self._committed) | set(self._in_doubt) | set(self._in_flight)
+        return LedgerSnapshot(
+            units={
+                n: LedgerEntry(
+                    committed=self._committed[n],
+                    in_doubt=self._in_doubt[n],
+                    in_flight=self._in_flight[n],
+                )
+                for n in sorted(names)
+            }
+        )
 
 
 def ledger_bounds(
