@@ -45,6 +45,27 @@ async def test_olap_job_with_a_reference_query_is_checked_on_the_state_when_it_r
     assert jobs["correct"].to_list() == [True, False, True]
 
 
+async def test_olap_scheduler_cancels_a_slow_attempt_and_resubmits_it_until_due(
+    tmp_path: Path,
+) -> None:
+    result = await run_scenario(
+        SCENARIOS / "t-olap-resubmit.yaml", RunOptions(time_scale=0.25, runs_dir=tmp_path)
+    )
+    assert result.status == "completed"
+    jobs = read_samples(result.run_dir).sort("workload")
+    once, probe, resubmitted = jobs.rows(named=True)
+    # without resubmission the cancelled attempt is the unit: an error, and the server
+    # stopped the query (the cancel request ended pg_sleep long before its 30 s)
+    assert once["outcome"] == "error" and "cancelled after 1500 ms" in once["error"]
+    assert once["retries"] == 0
+    assert probe["outcome"] == "on_time" and probe["correct"] is True  # no sleep left running
+    # the scheduler resubmitted until an attempt ran after the fix: on time, judged on it
+    assert resubmitted["outcome"] == "on_time" and resubmitted["retries"] >= 1
+    assert resubmitted["error"] is None
+    sc = score_run(result.run_dir).service_compliance.workloads
+    assert sc["resubmitted"].passed and not sc["once"].passed
+
+
 class RestartAttempt:
     """Tries to restart the instance; on an external server that must be unavailable."""
 

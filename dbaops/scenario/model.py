@@ -126,8 +126,26 @@ class OlapJob(StrictModel):
     name: str | None = None
     at_s: list[float] = Field(default_factory=list)
     every_s: float | None = Field(default=None, gt=0)
+    offset_s: float = Field(
+        default=0.0, ge=0, description="scenario time of a periodic job's first run"
+    )
     deadline_ms: float | None = Field(default=None, gt=0)
     due_s: float | None = None
+    attempt_timeout_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="the scheduler cancels an attempt after this many wall ms (a cancel "
+        "request: the server stops the query); like a deadline, it does not scale",
+    )
+    resubmit: bool = Field(
+        default=False,
+        description="the scheduler resubmits a failed, cancelled or timed-out attempt until "
+        "the job's deadline or due time (a report scheduler's retries); the unit is judged "
+        "on its last attempt",
+    )
+    resubmit_pause_ms: float = Field(
+        default=1000, ge=0, le=60000, description="wall ms between a failure and the resubmission"
+    )
 
     @model_validator(mode="after")
     def _has_schedule(self) -> OlapJob:
@@ -135,6 +153,8 @@ class OlapJob(StrictModel):
             raise ValueError("a job needs at_s or every_s")
         if self.deadline_ms is None and self.due_s is None:
             raise ValueError("a job needs deadline_ms (wall) or due_s (scenario time)")
+        if self.due_s is not None and any(t >= self.due_s for t in self.at_s):
+            raise ValueError(f"due_s {self.due_s:g} is not after every at_s {self.at_s}")
         return self
 
 

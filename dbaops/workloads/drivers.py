@@ -13,6 +13,7 @@ import itertools
 import random
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -404,6 +405,16 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                 )
 
 
+@dataclass(frozen=True)
+class _JobAttempt:
+    """How one attempt of an OLAP job ended."""
+
+    ok: bool = False
+    correct: bool | None = None
+    sqlstate: str | None = None
+    error: str | None = None
+
+
 class OlapDriver:
     """Runs analytical jobs at their scheduled times and checks their results."""
 
@@ -432,7 +443,7 @@ class OlapDriver:
         for job in self.spec.jobs:
             out.extend((t, job) for t in job.at_s if t < self.horizon_s)
             if job.every_s:
-                t = 0.0
+                t = job.offset_s
                 while t < self.horizon_s:
                     out.append((t, job))
                     t += job.every_s
@@ -447,47 +458,33 @@ class OlapDriver:
     async def _job(self, at_s: float, job: OlapJob) -> None:
         clock = self.clock
         name = job.name or job.template
-        template = self.library.jobs[job.template]
         scheduled = clock.to_mono(at_s)
         if job.due_s is not None:
             deadline = clock.to_mono(job.due_s)
         else:
             deadline = scheduled + (job.deadline_ms or 0) / 1000.0
         start: float | None = None
-        sqlstate: str | None = None
-        error: str | None = None
-        correct: bool | None = None
-        ok = False
-        at_start: str | None = None
+        attempts = 0
+        result = _JobAttempt()
         try:
             async with self.slots:
                 start = clock.mono()
-                if template.check_result and template.reference_sql is not None:
-                    at_start = await self._reference(template.reference_sql)
-                conn = await self.endpoint.connect(template.role, self.spec.app_name)
-                try:
-                    rows = await conn.fetch(template.sql)
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await conn.close(timeout=5)
-            ok = True
-            got = result_hash(rows)
-            if template.check_result and template.reference_sql is not None:
-                correct = got == at_start or got == await self._reference(template.reference_sql)
-            elif template.check_result and job.template in self.expected:
-                correct = got == self.expected[job.template]
-        except asyncpg.PostgresError as exc:
-            sqlstate, error = exc.sqlstate, str(exc)[:300]
-        except CONNECTION_ERRORS as exc:
-            error = f"{type(exc).__name__}: {exc}"[:300]
+                while True:
+                    attempts += 1
+                    result = await self._attempt(job)
+                    pause = job.resubmit_pause_ms / 1000.0
+                    if result.ok or not job.resubmit or clock.mono() + pause >= deadline:
+                        break
+                    await anyio.sleep(pause)
         except anyio.get_cancelled_exc_class():
-            error = "unfinished at end of run"
+            result = _JobAttempt(error="unfinished at end of run")
             raise
         finally:
             end = clock.mono()
-            outcome = (
-                (Outcome.ON_TIME if end <= deadline else Outcome.LATE) if ok else Outcome.ERROR
-            )
+            if result.ok:
+                outcome = Outcome.ON_TIME if end <= deadline else Outcome.LATE
+            else:
+                outcome = Outcome.ERROR
             self.sink.add(
                 self.spec.name,
                 "olap",
@@ -496,12 +493,42 @@ class OlapDriver:
                 None if start is None else clock.to_scenario(start),
                 clock.to_scenario(end),
                 (end - scheduled) * 1000.0,
-                0,
+                max(attempts - 1, 0),
                 outcome,
-                sqlstate,
-                error,
-                correct,
+                result.sqlstate,
+                result.error,
+                result.correct,
             )
+
+    async def _attempt(self, job: OlapJob) -> _JobAttempt:
+        """One run of the job's query, with its result check; errors are returned."""
+        template = self.library.jobs[job.template]
+        reference = template.reference_sql if template.check_result else None
+        timeout = None if job.attempt_timeout_ms is None else job.attempt_timeout_ms / 1000.0
+        try:
+            at_start = None if reference is None else await self._reference(reference)
+            conn = await self.endpoint.connect(template.role, self.spec.app_name)
+            try:
+                # on timeout asyncpg sends a cancel request, so the server stops the query
+                rows = await conn.fetch(template.sql, timeout=timeout)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await conn.close(timeout=5)
+        except asyncpg.PostgresError as exc:
+            return _JobAttempt(sqlstate=exc.sqlstate, error=str(exc)[:300])
+        except TimeoutError as exc:  # before CONNECTION_ERRORS: TimeoutError is an OSError
+            if job.attempt_timeout_ms is None:
+                return _JobAttempt(error=f"TimeoutError: {exc}"[:300])
+            return _JobAttempt(error=f"attempt cancelled after {job.attempt_timeout_ms:g} ms")
+        except CONNECTION_ERRORS as exc:
+            return _JobAttempt(error=f"{type(exc).__name__}: {exc}"[:300])
+        got = result_hash(rows)
+        correct: bool | None = None
+        if reference is not None:
+            correct = got == at_start or got == await self._reference(reference)
+        elif template.check_result and job.template in self.expected:
+            correct = got == self.expected[job.template]
+        return _JobAttempt(ok=True, correct=correct)
 
     async def _reference(self, sql: str) -> str | None:
         """The reference result's hash on the state now, from a hidden harness session (None
