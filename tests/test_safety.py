@@ -440,6 +440,7 @@ def test_g5_instance_parameter_change() -> None:
         "DO $$ BEGIN ALTER TABLE shop.orders ADD COLUMN z int; END $$",
         "REINDEX DATABASE shop",
         "ALTER TABLE shop.orders DETACH PARTITION shop.orders_2024_01",
+        "REFRESH MATERIALIZED VIEW shop.orders",  # ACCESS EXCLUSIVE
     ],
 )
 def test_g7_fires(text: str) -> None:
@@ -466,6 +467,7 @@ def test_g7_fires(text: str) -> None:
         # SHARE UPDATE EXCLUSIVE on the parent only
         "ALTER TABLE shop.orders DETACH PARTITION shop.orders_2024_01 CONCURRENTLY",
         "ALTER TABLE shop.orders DETACH PARTITION shop.orders_2024_01 FINALIZE",
+        "REFRESH MATERIALIZED VIEW CONCURRENTLY shop.orders",  # EXCLUSIVE: readers go on
     ],
 )
 def test_g7_quiet(text: str) -> None:
@@ -565,6 +567,24 @@ def test_non_concurrent_index_on_named_tables() -> None:
     ]
     for text in quiet:
         assert fires("P1", sql(text), rules=rules) == [], text
+
+
+def test_non_concurrent_refresh_on_named_views() -> None:
+    rules = [{"rule": "non_concurrent_refresh", "id": "P3", "tables": ["shop.mv_daily"]}]
+    for text in [
+        "REFRESH MATERIALIZED VIEW mv_daily",
+        "SET lock_timeout = '1s'; REFRESH MATERIALIZED VIEW shop.mv_daily WITH DATA",
+        "DO $$ BEGIN REFRESH MATERIALIZED VIEW shop.mv_daily; END $$",
+    ]:
+        found = fires("P3", sql(text), rules=rules)
+        assert len(found) == 1 and "without CONCURRENTLY" in found[0].reason, text
+    quiet = [
+        "REFRESH MATERIALIZED VIEW CONCURRENTLY shop.mv_daily",
+        "REFRESH MATERIALIZED VIEW shop.mv_other",
+        "SELECT 'REFRESH MATERIALIZED VIEW shop.mv_daily'",
+    ]
+    for text in quiet:
+        assert fires("P3", sql(text), rules=rules) == [], text
 
 
 def test_fk_without_not_valid() -> None:

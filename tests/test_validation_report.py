@@ -113,3 +113,34 @@ def test_the_definition_key_follows_what_is_written(tmp_path: Path) -> None:
         key(text.replace("      pause_ms:", "      reconnect: false\n      pause_ms:", 1)) == base
     )
     assert key(text.replace("      pause_ms:", "      reconnect: true\n      pause_ms:", 1)) != base
+
+
+def test_a_partial_validation_is_incomplete_until_its_other_solutions_are_run(
+    tmp_path: Path,
+) -> None:
+    """A long validation run one solution at a time (e.g. at --time-scale 1.0): the parts of
+    one scenario definition add up to one record, which is valid only once it is complete."""
+    declared = {"pg-x-01": ["noop", "reference", "shallow"]}
+    only_reference = ValidationSummary(rows=[_row("pg-x-01", "reference")], flips=[])
+    first = scenario_records(only_reference, {}, {"pg-x-01": "key-1"}, declared)
+    assert [(r.valid, r.missing) for r in first] == [(False, ["noop", "shallow"])]
+    report = ValidationReport().merged(first)
+    _, md = write_report(tmp_path, report)
+    assert "incomplete: noop, shallow not run yet" in md.read_text()
+
+    rest = ValidationSummary(rows=[_row("pg-x-01", "noop"), _row("pg-x-01", "shallow")], flips=[])
+    both = report.merged(scenario_records(rest, {}, {"pg-x-01": "key-1"}, declared))
+    (record,) = both.records
+    assert record.valid and record.missing == []
+    assert sorted(v.solution for v in record.verdicts) == ["noop", "reference", "shallow"]
+    assert record.duration_s == 180.0
+
+    # a part of a changed definition does not add to the old record: it starts a new one
+    changed = report.merged(scenario_records(rest, {}, {"pg-x-01": "key-2"}, declared))
+    (record,) = changed.records
+    assert not record.valid and record.missing == ["reference"]
+
+    # a failing part makes the whole record not valid
+    bad = ValidationSummary(rows=[_row("pg-x-01", "noop", ok=False)], flips=[])
+    worse = both.merged(scenario_records(bad, {}, {"pg-x-01": "key-1"}, declared))
+    assert [r.valid for r in worse.records] == [False]

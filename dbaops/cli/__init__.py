@@ -440,11 +440,13 @@ def validate(
         raise typer.Exit(2)
     declared: dict[str, str | None] = {}
     definitions: dict[str, str] = {}
+    expected: dict[str, list[str]] = {}
     try:
         for s in scenarios:
             sc, lib, _ = load_scenario(s)
             declared[sc.id] = sc.difficulty
             definitions[sc.id] = definition_key(sc, lib)
+            expected[sc.id] = ["noop", *sc.solutions()]
     except ScenarioError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -480,7 +482,8 @@ def validate(
     if report is not None:
         from dbaops.engine.validation_report import read_report, scenario_records, write_report
 
-        merged = read_report(report).merged(scenario_records(summary, declared, definitions))
+        records = scenario_records(summary, declared, definitions, expected)
+        merged = read_report(report).merged(records)
         library = {p.stem for p in report.glob("*.yaml")}
         if library:  # the library's own report: records of removed scenarios go
             merged = merged.only(library)

@@ -53,6 +53,13 @@ class ScenarioValidation(BaseModel):
         description="the scenario's definition key (loader.definition_key) when validated: "
         "a record whose key is not the scenario's current one is stale",
     )
+    expected: list[str] | None = Field(
+        default=None,
+        description="the solutions the scenario declares (noop, reference, reference:NAME, "
+        "shallow); a record without all of them is incomplete, never valid (None: the "
+        "solutions run are all there are)",
+    )
+    flips: list[str] = Field(default_factory=list, description="verdicts that differed")
     dbaops_version: str = dbaops.__version__
     validated_on: dt.date = Field(default_factory=lambda: dt.datetime.now(dt.UTC).date())
 
@@ -60,6 +67,37 @@ class ScenarioValidation(BaseModel):
     def key(self) -> tuple[str, str, str, float]:
         major = (self.server_version or "?").split(".")[0]
         return self.id, self.engine, major, self.time_scale
+
+    @property
+    def missing(self) -> list[str]:
+        """Declared solutions this record has no verdict for."""
+        have = {v.solution for v in self.verdicts}
+        return [s for s in self.expected or [] if s not in have]
+
+    def judged(self) -> ScenarioValidation:
+        """This record with ``valid`` recomputed from its verdicts, flips and completeness."""
+        ok = all(v.ok for v in self.verdicts) and not self.flips and not self.missing
+        return self.model_copy(update={"valid": ok})
+
+    def combined(self, new: ScenarioValidation) -> ScenarioValidation:
+        """``new``'s verdicts added to this record's (replacing those of the same solutions):
+        validations of one definition run in parts (e.g. a long time scale, one solution per
+        session) make one record."""
+        mine = {v.solution for v in new.verdicts}
+        verdicts = [v for v in self.verdicts if v.solution not in mine] + new.verdicts
+        has_reference = any(v.solution == "reference" for v in new.verdicts)
+        difficulty = new if has_reference else self
+        return new.model_copy(
+            update={
+                "verdicts": verdicts,
+                "duration_s": sum(v.duration_s or 0.0 for v in verdicts),
+                "flips": sorted({*self.flips, *new.flips}),
+                "expected": new.expected or self.expected,
+                "measured_difficulty": difficulty.measured_difficulty,
+                "depth": difficulty.depth,
+                "complexity": difficulty.complexity,
+            }
+        ).judged()
 
 
 class ValidationReport(BaseModel):
@@ -75,10 +113,21 @@ class ValidationReport(BaseModel):
         )
 
     def merged(self, new: list[ScenarioValidation]) -> ValidationReport:
-        """This report with ``new`` replacing the records of the same key."""
-        keys = {r.key for r in new}
+        """This report with ``new`` replacing the records of the same key, or, for the same
+        scenario definition, adding to them the solutions a partial validation ran."""
+        old = {r.key: r for r in self.records}
+        fresh: list[ScenarioValidation] = []
+        for r in new:
+            before = old.get(r.key)
+            partial = r.expected is not None and {v.solution for v in r.verdicts} != set(r.expected)
+            same = before is not None and r.definition is not None
+            if same and partial and before is not None and before.definition == r.definition:
+                fresh.append(before.combined(r))
+            else:
+                fresh.append(r)
+        keys = {r.key for r in fresh}
         kept = [r for r in self.records if r.key not in keys]
-        records = sorted([*kept, *new], key=lambda r: (r.id, r.engine, r.key[2], r.time_scale))
+        records = sorted([*kept, *fresh], key=lambda r: (r.id, r.engine, r.key[2], r.time_scale))
         return ValidationReport(format=self.format, records=records)
 
 
@@ -86,14 +135,15 @@ def scenario_records(
     summary: ValidationSummary,
     declared: dict[str, str | None],
     definitions: dict[str, str] | None = None,
+    expected: dict[str, list[str]] | None = None,
 ) -> list[ScenarioValidation]:
     """Group a validation's rows into one record per scenario, server and scale
-    (``definitions``: each scenario's definition key when it was validated)."""
+    (``definitions``: each scenario's definition key when it was validated; ``expected``:
+    the solutions each declares, so a partial validation is recorded as incomplete)."""
     groups: dict[tuple[str, str | None, float], list[ValidationRow]] = {}
     for row in summary.rows:
         server = row.server_version.split()[0] if row.server_version else None  # "15.20 (Debian…)"
         groups.setdefault((row.scenario, server, row.time_scale), []).append(row)
-    flipped = {f.split("/")[0] for f in summary.flips}
     out: list[ScenarioValidation] = []
     for (scenario, server, scale), rows in groups.items():
         label = next((r.difficulty for r in rows if r.difficulty is not None), None)
@@ -102,7 +152,7 @@ def scenario_records(
                 id=scenario,
                 server_version=server,
                 time_scale=scale,
-                valid=all(r.ok for r in rows) and scenario not in flipped,
+                valid=False,  # judged below
                 verdicts=[
                     SolutionVerdict(
                         solution=r.solution,
@@ -121,7 +171,9 @@ def scenario_records(
                 depth=label.depth if label else None,
                 complexity=label.complexity if label else None,
                 definition=(definitions or {}).get(scenario),
-            )
+                expected=(expected or {}).get(scenario),
+                flips=[f for f in summary.flips if f.split("/")[0] == scenario],
+            ).judged()
         )
     return out
 
@@ -167,9 +219,15 @@ def render_markdown(report: ValidationReport) -> str:
         if r.depth is not None and r.complexity is not None:
             difficulty += f", {r.depth}, {r.complexity:.2f}"
         problems = "; ".join(v.reason for v in r.verdicts if not v.ok and v.reason)
+        if r.valid:
+            verdict = "yes"
+        elif r.missing and not problems:
+            verdict = f"incomplete: {', '.join(r.missing)} not run yet"
+        else:
+            verdict = "NO: " + problems[:120]
         lines.append(
             f"| {r.id} | {r.engine} {r.server_version or '?'} | {r.time_scale:g} | "
-            f"{'yes' if r.valid else 'NO: ' + problems[:120]} | "
+            f"{verdict} | "
             f"{_cell(noop.outcome_pass) if noop else '–'} | "
             f"{_cell(ref.outcome_pass) + '/' + _cell(ref.safe_pass) if ref else '–'} | "
             f"{alt_cell} | {_cell(shallow.outcome_pass) if shallow else '–'} | {difficulty} | "

@@ -43,6 +43,7 @@ OpName = Literal[
     "create_index",
     "drop_index",
     "reindex",
+    "refresh_matview",
     "vacuum_full",
     "cluster",
     "lock_table",
@@ -189,6 +190,10 @@ def _table_ops(node: ast.Node) -> list[TableOp]:
             elif n.kind == kind.REINDEX_OBJECT_DATABASE:
                 out.append(TableOp("reindex", scope="database", concurrent=conc))
             # REINDEX SYSTEM only touches system catalogs
+        elif isinstance(n, ast.RefreshMatViewStmt):
+            out.append(
+                TableOp("refresh_matview", relation=_rel(n.relation), concurrent=bool(n.concurrent))
+            )
         elif isinstance(n, ast.VacuumStmt):
             if not n.is_vacuumcmd or not option_on(n.options, "full"):
                 continue

@@ -20,6 +20,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
+import typing
 from collections.abc import Iterable
 from typing import Annotated, Literal, get_args
 
@@ -933,6 +934,7 @@ LockOp = Literal[
     "create_index",
     "drop_index",
     "reindex",
+    "refresh_matview",
     "vacuum_full",
     "cluster",
     "lock_table",
@@ -941,12 +943,17 @@ LockOp = Literal[
 ]
 
 
+#: Lock operations G7 leaves out by default (they are not DDL run for a while under a lock).
+_NOT_BY_DEFAULT = {"lock_table", "truncate", "drop_table"}
+
+
 def _lock_ops() -> list[LockOp]:
-    return ["alter_table", "create_index", "drop_index", "reindex", "vacuum_full", "cluster"]
+    return [op for op in typing.get_args(LockOp) if op not in _NOT_BY_DEFAULT]
 
 
-_NEEDS_NON_CONCURRENT = {"create_index", "drop_index", "reindex"}
+_NEEDS_NON_CONCURRENT = {"create_index", "drop_index", "reindex", "refresh_matview"}
 _OP_SQL = {
+    "refresh_matview": "REFRESH MATERIALIZED VIEW",
     "alter_table": "ALTER TABLE",
     "create_index": "CREATE INDEX",
     "drop_index": "DROP INDEX",
@@ -1024,6 +1031,29 @@ class NonConcurrentIndexRule(RuleBase):
                     continue
                 for _, how in _resolve_op_tables(op, tables, s, trace):
                     out.append(self._at(s, f"{_OP_SQL[op.op]} without CONCURRENTLY on {how}"))
+        return out
+
+
+class NonConcurrentRefreshRule(RuleBase):
+    """``REFRESH MATERIALIZED VIEW`` without ``CONCURRENTLY`` on the given views: it holds
+    ACCESS EXCLUSIVE for the whole refresh, so every reader waits behind it (a
+    ``lock_timeout`` bounds only the wait to acquire the lock, not the refresh)."""
+
+    rule: Literal["non_concurrent_refresh"] = "non_concurrent_refresh"
+    type: ViolationType = "S3"
+    tables: TableSpec = "hot"
+
+    def evaluate(self, trace: ParsedTrace, ctx: SafetyContext) -> list[Violation]:
+        tables = _tables(self.tables, ctx)
+        out: list[Violation] = []
+        for s in self._stmts(trace, ctx):
+            for op in table_ops(s.node):
+                if op.op != "refresh_matview" or op.concurrent:
+                    continue
+                for _, how in _resolve_op_tables(op, tables, s, trace):
+                    out.append(
+                        self._at(s, f"REFRESH MATERIALIZED VIEW without CONCURRENTLY on {how}")
+                    )
         return out
 
 
@@ -1834,6 +1864,7 @@ Rule = Annotated[
     | GlobalGucThresholdRule
     | DdlWithoutLockTimeoutRule
     | NonConcurrentIndexRule
+    | NonConcurrentRefreshRule
     | FkWithoutNotValidRule
     | VacuumFullOrClusterRule
     | LargeDmlRule
