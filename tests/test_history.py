@@ -16,6 +16,7 @@ from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.records import PhaseRecord
 from dbaops.rundir import read_metrics, read_samples, read_trace
 from dbaops.scenario.loader import load_scenario, preparation_key
+from dbaops.scenario.model import OlapWorkload
 
 pytestmark = pytest.mark.anyio
 
@@ -41,6 +42,12 @@ async def test_history_precedes_the_warm_up_in_every_run_and_is_part_of_the_snap
         past = samples.filter(pl.col("scheduled_s") < -2.0)  # before the 2 s warm-up
         assert past.height > 0 and float(past["scheduled_s"].min()) >= -602.0
         assert past.filter(pl.col("outcome") == "on_time").height > 0
+        jobs = past.filter(pl.col("workload") == "dashboards")
+        assert set(jobs["unit"]) == {"daily_revenue"}  # the one-off report is not history
+        # every minute from its 5 s offset into the history, which ends where the 2 s
+        # warm-up begins: -600 + 5 - 2
+        times = sorted(jobs["scheduled_s"].to_list())
+        assert times == pytest.approx([-597.0 + 60.0 * k for k in range(10)])
         metrics = read_metrics(run.run_dir)
         assert metrics.filter(pl.col("t_s") < -2.0).height > 0
     # A history is part of what the snapshot is built from.
@@ -80,3 +87,12 @@ def test_a_workload_that_starts_during_the_timeline_is_not_part_of_the_history()
     assert started_later == {"live_stock"}
     history = {w.name for w in sc.history_workloads()}
     assert history == {w.name for w in sc.workloads} - started_later
+
+
+def test_periodic_dashboards_are_part_of_the_history_and_one_off_reports_are_not() -> None:
+    sc, _, _ = load_scenario("pg-p-05")
+    history = {w.name: w for w in sc.history_workloads()}
+    assert set(history) == {"bi", "etl"}  # the month-end reports belong to the incident
+    bi = history["bi"]
+    assert isinstance(bi, OlapWorkload)
+    assert len(bi.jobs) == 8 and all(j.every_s and not j.at_s for j in bi.jobs)

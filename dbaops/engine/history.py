@@ -1,7 +1,8 @@
 """Workload history before t = 0: a production database has a past (paper §6.3.2: 6–12 h).
 
 During preparation, before the construction operations inject the fault, the scenario's OLTP
-and background workloads run against the clean fixture for ``preparation.history.duration_s``
+and background workloads and its periodic OLAP jobs (dashboards; one-off jobs belong to the
+incident) run against the clean fixture for ``preparation.history.duration_s``
 scenario seconds, compressed by its own ``scale``. What that leaves inside the server (the
 statistics views, ``pg_stat_statements``) goes into the dirty snapshot with everything else;
 the metric samples and SLO samples it produced are kept beside the snapshot and copied into
@@ -75,8 +76,9 @@ async def record_history(
         clock,
         sink,
         sc.database.seed,
-        history.duration_s,
+        0.0,  # periodic jobs run from -duration_s to 0
         {},
+        start_s=-history.duration_s,
     )
     clock.restart(-history.duration_s)
     async with anyio.create_task_group() as tg:

@@ -467,20 +467,26 @@ class Scenario(StrictModel):
         """The event a reference step without ``event`` answers (the earliest)."""
         return min(self.events, key=lambda e: e.at).id if self.events else None
 
-    def history_workloads(self) -> list[OltpWorkload | BackgroundWorkload]:
-        """The workloads a history runs (``preparation.history``): OLTP and background ones on
-        the primary (the standby does not exist yet), for the whole history (no start or
-        stop times), except workloads that start after t = 0: those are part of the
-        incident's timeline (a new panel's release), not of the past."""
-        return [
-            w.model_copy(update={"start_s": None, "stop_s": None})
-            if isinstance(w, OltpWorkload)
-            else w
-            for w in self.workloads
-            if w.server == "primary"
-            and isinstance(w, OltpWorkload | BackgroundWorkload)
-            and not (isinstance(w, OltpWorkload) and (w.start_s or 0.0) > 0)
-        ]
+    def history_workloads(self) -> list[WorkloadSpec]:
+        """The workloads a history runs (``preparation.history``): OLTP, background and
+        periodic OLAP ones on the primary (the standby does not exist yet), for the whole
+        history (no start or stop times), except workloads that start after t = 0 and
+        one-off jobs: those are part of the incident's timeline (a new panel's release, the
+        month-end reports), not of the past."""
+        out: list[WorkloadSpec] = []
+        for w in self.workloads:
+            if w.server != "primary":
+                continue
+            if isinstance(w, OltpWorkload):
+                if (w.start_s or 0.0) <= 0:
+                    out.append(w.model_copy(update={"start_s": None, "stop_s": None}))
+            elif isinstance(w, OlapWorkload):
+                periodic = [j.model_copy(update={"at_s": []}) for j in w.jobs if j.every_s]
+                if periodic:
+                    out.append(w.model_copy(update={"jobs": periodic}))
+            else:
+                out.append(w)
+        return out
 
     def solutions(self) -> dict[str, ReferenceSolution]:
         """The oracle solutions by agent name: ``reference``, ``reference:<name>`` for each

@@ -427,23 +427,26 @@ class OlapDriver:
         sink: SampleSink,
         horizon_s: float,
         expected: dict[str, str],
+        start_s: float = 0.0,
     ) -> None:
         self.spec = spec
         self.library = library
         self.clock = clock
         self.sink = sink
         self.horizon_s = horizon_s
+        self.start_s = start_s
         self.expected = expected
         self.endpoint = endpoint
         self.slots = anyio.Semaphore(spec.connections)
 
     def schedule(self) -> list[tuple[float, OlapJob]]:
-        """All (scenario time, job) pairs of the run, in time order."""
+        """All (scenario time, job) pairs in ``[start_s, horizon_s)``, in time order (a
+        periodic job runs at ``start_s + offset_s`` and every ``every_s`` after)."""
         out: list[tuple[float, OlapJob]] = []
         for job in self.spec.jobs:
-            out.extend((t, job) for t in job.at_s if t < self.horizon_s)
+            out.extend((t, job) for t in job.at_s if self.start_s <= t < self.horizon_s)
             if job.every_s:
-                t = job.offset_s
+                t = self.start_s + job.offset_s
                 while t < self.horizon_s:
                     out.append((t, job))
                     t += job.every_s
@@ -624,8 +627,10 @@ def scenario_drivers(
     seed: int,
     horizon_s: float,
     expected: dict[str, str],
+    start_s: float = 0.0,
 ) -> list[Driver]:
-    """A driver for each workload, on the server it names (``server: standby``: the replica)."""
+    """A driver for each workload, on the server it names (``server: standby``: the replica);
+    scheduled jobs run in ``[start_s, horizon_s)``."""
     out: list[Driver] = []
     for w in workloads:
         endpoint = primary
@@ -636,7 +641,7 @@ def scenario_drivers(
         if isinstance(w, OltpWorkload):
             out.append(OltpDriver(w, library, params, endpoint, clock, sink, seed))
         elif isinstance(w, OlapWorkload):
-            out.append(OlapDriver(w, library, endpoint, clock, sink, horizon_s, expected))
+            out.append(OlapDriver(w, library, endpoint, clock, sink, horizon_s, expected, start_s))
         else:
             out.append(BackgroundDriver(w, library, params, endpoint, clock, sink, seed))
     return out
