@@ -46,16 +46,22 @@ def _repo_dir(name: str) -> Path:
     cwd = Path.cwd() / name
     if cwd.is_dir():
         return cwd
-    return Path(__file__).resolve().parents[2] / name
+    package = Path(__file__).resolve().parents[1]
+    checkout = package.parent / name
+    if checkout.is_dir():
+        return checkout
+    return package / "_library" / name  # a non-editable install (see setup.py)
 
 
 def timelines_dir() -> Path:
-    """Directory of the scenario library ($DBAOPS_TIMELINES, ./timelines, or the repo's)."""
+    """Directory of the scenario library ($DBAOPS_TIMELINES, ./timelines, the checkout's, or
+    the copy installed with the package)."""
     return _repo_dir("timelines")
 
 
 def workloads_dir() -> Path:
-    """Directory of the workload library ($DBAOPS_WORKLOADS, ./workloads, or the repo's)."""
+    """Directory of the workload library ($DBAOPS_WORKLOADS, ./workloads, the checkout's, or
+    the copy installed with the package)."""
     return _repo_dir("workloads")
 
 
