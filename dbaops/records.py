@@ -26,6 +26,27 @@ class Record(BaseModel):
     t_wall: float = Field(default_factory=time.time)
 
 
+class KnowledgeCorpus(BaseModel):
+    """What a run's ``query_knowledge_base`` searches, or why it has nothing to search."""
+
+    available: bool
+    source: str | None = Field(default=None, description="e.g. postgresql-manual")
+    version: str | None = Field(default=None, description="the documentation's version")
+    doc_dir: str | None = None
+    pages: int = Field(default=0, description="HTML pages in the corpus")
+    content_sha256: str | None = Field(
+        default=None, description="hash of every page's name and bytes, in name order"
+    )
+    reason: str | None = Field(default=None, description="why there is no corpus")
+
+    def summary(self) -> str:
+        """One line for a verdict or a report."""
+        if not self.available:
+            return f"none ({self.reason or 'unavailable'})"
+        digest = (self.content_sha256 or "")[:12]
+        return f"{self.source} {self.version} ({self.pages} pages, sha256 {digest})"
+
+
 class RunHeader(Record):
     """First record: what ran, with which versions, seeds and settings."""
 
@@ -43,6 +64,9 @@ class RunHeader(Record):
     backend: dict[str, Any] = Field(default_factory=dict)
     versions: dict[str, str] = Field(default_factory=dict)
     settings: dict[str, Any] = Field(default_factory=dict)
+    knowledge_base: KnowledgeCorpus | None = Field(
+        default=None, description="the corpus the knowledge tool searched (None: not recorded)"
+    )
 
 
 class PhaseRecord(Record):

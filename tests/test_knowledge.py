@@ -16,6 +16,7 @@ from dbaops.tools.knowledge import (
     KnowledgeHit,
     KnowledgeUnavailable,
     build_fts_query,
+    describe_corpus,
     find_doc_dir,
     format_hits,
     fts5_available,
@@ -362,3 +363,42 @@ def test_tool_handler(mini_docs: Path, tmp_path: Path) -> None:
     assert (
         not unavailable.ok and unavailable.error and "documentation not found" in unavailable.error
     )
+
+
+def test_the_corpus_is_described_by_version_pages_and_content(mini_docs: Path) -> None:
+    corpus = describe_corpus(mini_docs)
+    assert corpus.available and corpus.source == "postgresql-manual"
+    assert corpus.version == "15.99" and corpus.pages == 2  # bookindex.html is skipped
+    assert corpus.content_sha256 is not None
+    assert describe_corpus(mini_docs) == corpus  # stable
+    page = mini_docs / "runtime-config-client.html"
+    page.write_text(page.read_text().replace("Abort any", "Cancel any"), encoding="utf-8")
+    assert describe_corpus(mini_docs).content_sha256 != corpus.content_sha256
+    assert "15.99 (2 pages, sha256 " in corpus.summary()
+
+
+def test_without_documentation_the_corpus_says_why(tmp_path: Path) -> None:
+    corpus = describe_corpus(tmp_path / "nothing-here")
+    assert not corpus.available and corpus.pages == 0 and corpus.reason
+    assert corpus.summary().startswith("none (")
+
+
+def test_kb_command_shows_the_corpus_and_builds_its_index(
+    mini_docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from dbaops.cli import app
+
+    monkeypatch.setenv("DBAOPS_CACHE", str(tmp_path / "cache"))
+    runner = CliRunner()
+    shown = runner.invoke(app, ["kb", "--doc-dir", str(mini_docs)])
+    assert shown.exit_code == 0, shown.output
+    assert "postgresql-manual 15.99 (2 pages" in shown.output and "index:" not in shown.output
+    built = runner.invoke(app, ["kb", "--doc-dir", str(mini_docs), "--build"])
+    assert built.exit_code == 0, built.output
+    assert "(built, " in built.output and list((tmp_path / "cache" / "kb").glob("*.sqlite"))
+    again = runner.invoke(app, ["kb", "--doc-dir", str(mini_docs), "--build"])
+    assert "(current, " in again.output
+    missing = runner.invoke(app, ["kb", "--doc-dir", str(tmp_path / "none")])
+    assert missing.exit_code == 1 and "corpus: none (" in missing.output

@@ -13,6 +13,7 @@ from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
 from dbaops.records import PhaseRecord, RunHeader, ToolCallRecord
 from dbaops.rundir import read_samples, read_trace
+from dbaops.tools.knowledge import describe_corpus
 
 pytestmark = pytest.mark.anyio
 SCENARIOS = Path(__file__).parent / "scenarios"
@@ -90,6 +91,8 @@ async def test_external_server_by_dsn_reports_instance_control_unavailable(
     records = read_trace(result.run_dir)
     header = next(r for r in records if isinstance(r, RunHeader))
     assert header.backend["kind"] == "external"
+    # the corpus the agent's knowledge tool searched is part of the run's provenance
+    assert header.knowledge_base == describe_corpus()
     phases = [r.phase for r in records if isinstance(r, PhaseRecord)]
     assert "build_fixture" in phases and "snapshot_capture" not in phases
     restart, status = [

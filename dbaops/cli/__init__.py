@@ -337,6 +337,44 @@ def report(
 
 
 @app.command()
+def kb(
+    doc_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--doc-dir",
+            help="a directory of the PostgreSQL manual's HTML pages (default: "
+            "$DBAOPS_PG_DOC_DIR, else the newest installed postgresql-doc-NN package)",
+        ),
+    ] = None,
+    build: Annotated[
+        bool, typer.Option("--build", help="build (or refresh) the search index now")
+    ] = False,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="build even if current")] = False,
+) -> None:
+    """The knowledge base's corpus (what `query_knowledge_base` searches) and its index."""
+    from dbaops.tools.knowledge import KnowledgeBase, KnowledgeUnavailable, describe_corpus
+
+    corpus = describe_corpus(doc_dir)
+    console.print(f"corpus: {corpus.summary()}")
+    if not corpus.available:
+        raise typer.Exit(1)
+    console.print(f"  directory: {corpus.doc_dir}")
+    console.print(f"  content sha256: {corpus.content_sha256}")
+    if not (build or rebuild):
+        return
+    try:
+        base = KnowledgeBase.open_or_build(doc_dir, rebuild=rebuild)
+    except KnowledgeUnavailable as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    with base:
+        state = "built" if base.built else "current"
+        console.print(f"index: {base.path} ({state}, {base.backend})")
+        if base.build_stats is not None:
+            console.print(f"  {base.build_stats}")
+
+
+@app.command()
 def judge(
     run_dirs: Annotated[list[Path], typer.Argument(help="run directories of bounded runs")],
     models: ModelsOpt = None,

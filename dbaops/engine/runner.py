@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import asyncpg
 import structlog
 from pydantic import BaseModel, Field
@@ -67,6 +68,7 @@ from dbaops.tools.catalog import (
     StandbyToolEnvironment,
     build_tool_catalog,
 )
+from dbaops.tools.knowledge import describe_corpus
 from dbaops.tools.recording import ToolRecorder
 from dbaops.tools.sql import SqlSession
 from dbaops.workloads.drivers import result_hash, scenario_drivers
@@ -609,6 +611,7 @@ async def run_scenario(
                     "history": meta.get("history"),
                     "time_scale_applies_to": SCALED_DURATIONS,
                 },
+                knowledge_base=await anyio.to_thread.run_sync(describe_corpus),
             )
         )
         mailbox = Mailbox.create(rd.mailbox, now=clock.now)

@@ -47,6 +47,7 @@ from typing import Any, ClassVar, Literal
 import anyio.to_thread
 from pydantic import BaseModel, Field
 
+from dbaops.records import KnowledgeCorpus
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 from dbaops.tools.knowledge_bm25 import Bm25Index
 from dbaops.tools.knowledge_html import TITLE_SEPARATOR, DocSection, parse_page
@@ -60,6 +61,7 @@ __all__ = [
     "build_fts_query",
     "build_index",
     "default_cache_dir",
+    "describe_corpus",
     "doc_fingerprint",
     "find_doc_dir",
     "format_hits",
@@ -196,6 +198,28 @@ def detect_version(doc_dir: Path) -> str:
                 return match.group(1).rstrip(".")
     key = _version_key(doc_dir)
     return ".".join(map(str, key)) if key != (-1,) else "unknown"
+
+
+def describe_corpus(doc_dir: str | os.PathLike[str] | None = None) -> KnowledgeCorpus:
+    """The corpus :func:`find_doc_dir` resolves to (what the tool will search): its version,
+    page count and a hash of its contents; or, without one, why not."""
+    try:
+        docs = find_doc_dir(doc_dir)
+    except KnowledgeUnavailable as exc:
+        return KnowledgeCorpus(available=False, reason=str(exc))
+    pages = _doc_pages(docs)
+    digest = hashlib.sha256()
+    for page in pages:
+        digest.update(page.name.encode() + b"\0")
+        digest.update(page.read_bytes())
+    return KnowledgeCorpus(
+        available=True,
+        source="postgresql-manual",
+        version=detect_version(docs),
+        doc_dir=str(docs),
+        pages=len(pages),
+        content_sha256=digest.hexdigest(),
+    )
 
 
 def doc_fingerprint(doc_dir: Path) -> str:
