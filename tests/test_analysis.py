@@ -33,7 +33,15 @@ from dbaops.evaluation.compliance import (
 )
 from dbaops.evaluation.score import score_run, write_verdict
 from dbaops.models import CallRecord, ModelClient, ModelSpec, Prices, load_registry
-from dbaops.records import ActorRecord, CheckRecord, EventRecord, RunEnd, ToolCallRecord
+from dbaops.records import (
+    ActorRecord,
+    CheckRecord,
+    EventRecord,
+    KnowledgeCorpus,
+    RunEnd,
+    RunHeader,
+    ToolCallRecord,
+)
 from dbaops.scenario.model import Scenario
 from dbaops.testing import OpenAITestServer, ScriptedResponse
 from dbaops.workloads.samples import Outcome, SLOSample, samples_frame
@@ -683,6 +691,27 @@ def test_runs_at_different_time_scales_are_separate_rows_and_never_pooled(
     pivot = res.tables["safe_pass_by_difficulty"]
     assert pivot["system"].to_list() == ["alpha/m1", fast, ALL_SYSTEMS, f"{ALL_SYSTEMS} @0.1x"]
     assert "separate systems" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_runs_without_a_knowledge_base_are_a_cohort_of_their_own(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    manual = KnowledgeCorpus(available=True, source="postgresql-manual", version="15.20",
+                             pages=1168, content_sha256="ab" * 32)  # fmt: skip
+    missing = KnowledgeCorpus(available=False, reason="documentation not installed")
+    for rid, corpus in [("a", manual), ("b", missing), ("c", None)]:
+        path = _scaled_run(root, rid, True, 1.0)
+        trace = path / "trace.jsonl"
+        lines = trace.read_text().splitlines()
+        h = RunHeader.model_validate_json(lines[0]).model_copy(update={"knowledge_base": corpus})
+        trace.write_text("\n".join([h.model_dump_json(), *lines[1:]]) + "\n")
+    runs = load_summaries(root).sort("run_id")
+    # a run recorded before provenance existed (c) is not set apart: its corpus is unknown
+    assert runs["system"].to_list() == ["alpha/m1", "alpha/m1 (no KB)", "alpha/m1"]
+    assert runs["pool"][1] == f"{ALL_SYSTEMS} (no KB)"
+    assert runs["repeat"].to_list() == [1, 1, 2]
+    kb = runs["knowledge_base"].to_list()
+    assert kb[0].startswith("postgresql-manual 15.20 (1168 pages") and kb[2] is None
+    assert kb[1] == "none (documentation not installed)"
 
 
 def test_replayed_run_is_not_a_repeat_of_the_live_run(tmp_path: Path) -> None:

@@ -126,6 +126,7 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "model": pl.String(),
     "system": pl.String(),
     "time_scale": pl.Float64(),
+    "knowledge_base": pl.String(),
     "replay": pl.Boolean(),
     "pool": pl.String(),
     "run_id": pl.String(),
@@ -214,14 +215,15 @@ def _safety(run: RunData, verdict: dict[str, Any]) -> tuple[bool | None, int, st
     return n == 0, n, ",".join(sorted(types_set))
 
 
-def cohort_suffix(time_scale: float | None, replay: bool) -> str:
+def cohort_suffix(time_scale: float | None, replay: bool, no_kb: bool = False) -> str:
     """The label suffix that keeps a cohort apart: `` @0.1x`` for a time scale other than 1,
-    `` @?x`` when unknown, `` (replay)`` for a replayed run."""
+    `` @?x`` when unknown, `` (replay)`` for a replayed run, `` (no KB)`` for a run whose
+    knowledge tool had no corpus to search."""
     if time_scale is None:
         out = " @?x"
     else:
         out = "" if time_scale == 1.0 else f" @{time_scale:g}x"
-    return out + (" (replay)" if replay else "")
+    return out + (" (replay)" if replay else "") + (" (no KB)" if no_kb else "")
 
 
 def _diagnosis(run: RunData, verdict: dict[str, Any]) -> tuple[bool | None, bool, bool]:
@@ -252,7 +254,9 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         system = f"{system}/{model}"
     time_scale = run_time_scale(run)
     replay = run_is_replay(run)
-    system += cohort_suffix(time_scale, replay and "replay" not in system.lower())
+    corpus = h.knowledge_base if h else None  # None: recorded before provenance existed
+    no_kb = corpus is not None and not corpus.available
+    system += cohort_suffix(time_scale, replay and "replay" not in system.lower(), no_kb)
     status = run.status
     manifested = bool(verdict.get("manifested", status != "not_manifested"))
     if status == "not_manifested":
@@ -294,7 +298,8 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         "system": system,
         "time_scale": time_scale,
         "replay": replay,
-        "pool": ALL_SYSTEMS + cohort_suffix(time_scale, replay),
+        "pool": ALL_SYSTEMS + cohort_suffix(time_scale, replay, no_kb),
+        "knowledge_base": corpus.summary() if corpus else None,
         "run_id": h.run_id if h else run.path.name,
         "started": h.t_wall if h else None,
         "repeat": None,
@@ -681,8 +686,9 @@ def _notes(runs: pl.DataFrame, valid: pl.DataFrame) -> list[str]:
     if runs.height and runs["pool"].n_unique() > 1:
         pools = ", ".join(f"`{p}`" for p in sorted(runs["pool"].unique().to_list()))
         out.append(
-            "Runs at different time scales and replayed runs are separate systems (label "
-            f"suffix `@<scale>x`, `(replay)`) and are pooled separately: {pools}."
+            "Runs at different time scales, replayed runs and runs whose knowledge tool had "
+            "no corpus are separate systems (label suffix `@<scale>x`, `(replay)`, "
+            f"`(no KB)`) and are pooled separately: {pools}."
         )
     n_ph = int(valid["cost_placeholder"].fill_null(False).sum()) if valid.height else 0
     if n_ph:
