@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -334,6 +336,72 @@ def report(
         console.print(NO_SURVIVAL)
     for path in result.files:
         console.print(f"wrote {path}")
+
+
+@app.command()
+def campaign(
+    spec_path: Annotated[Path, typer.Argument(help="the campaign file (SPEC.yaml)")],
+    out: Annotated[Path, typer.Option("--out", help="the campaign directory")],
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, max=16, help="runs at once, each on its own cluster")
+    ] = 1,
+    resume: Annotated[
+        bool,
+        typer.Option("--resume", help="continue: skip finished runs, re-run interrupted ones"),
+    ] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run scenarios × agents × seeds × repeats from a manifest that survives interruption,
+    then write the report over the campaign's runs."""
+    from dbaops.analysis.report import build_report
+    from dbaops.campaign import load_campaign_spec, run_campaign
+    from dbaops.campaign.executor import CampaignError
+    from dbaops.campaign.manifest import RUNS_DIR, Manifest
+    from dbaops.scenario.loader import ScenarioError
+
+    _configure_logging(verbose)
+    try:
+        spec = load_campaign_spec(spec_path)
+    except ScenarioError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    started = time.monotonic()
+
+    def table(manifest: Manifest) -> Table:
+        counts = manifest.counts()
+        done = counts["done"] + counts["refused"]
+        left = counts["pending"] + counts["running"]
+        elapsed = time.monotonic() - started
+        eta = f"{elapsed / done * left / 60:.1f} min" if done else "–"
+        view = Table("done", "running", "pending", "infra errors", "refused", "ETA")
+        view.add_row(
+            str(counts["done"]), str(counts["running"]), str(counts["pending"]),
+            str(counts["infra_error"]), str(counts["refused"]), eta,
+        )  # fmt: skip
+        return view
+
+    try:
+        with Live(console=console, auto_refresh=False) as live:
+
+            def show(manifest: Manifest) -> None:
+                live.update(table(manifest), refresh=True)
+
+            manifest = anyio.run(
+                functools.partial(
+                    run_campaign, spec, out, workers=workers, resume=resume, on_change=show
+                )
+            )
+    except CampaignError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    result = build_report(out / RUNS_DIR, out / "report")
+    console.print(f"{result.n_runs} runs, {result.n_valid} valid; report in {out / 'report'}")
+    failed = [r for r in manifest.runs if r.state == "infra_error"]
+    for r in failed:
+        console.print(f"[yellow]infra error[/yellow] {r.key}: {r.status}: {r.reason}")
+    if failed:
+        console.print("re-run them with --resume")
+    raise typer.Exit(1 if failed else 0)
 
 
 @app.command()

@@ -94,6 +94,11 @@ class RunOptions(BaseModel):
     )
     dsn: str | None = None
     pg_bindir: Path | None = None
+    cluster: str | None = Field(
+        default=None,
+        description="the embedded cluster to run on (default: one per scenario id); "
+        "campaign workers each have their own, so one scenario can run twice at once",
+    )
     horizon_s: float | None = Field(
         default=None,
         description="override the horizon (persistent) or the agent's time budget (bounded)",
@@ -569,7 +574,7 @@ async def run_scenario(
         backend = (
             await external_backend(options.dsn)
             if options.dsn
-            else await embedded_backend(sc.id, options.pg_bindir)
+            else await embedded_backend(options.cluster or sc.id, options.pg_bindir)
         )
         _refuse_elevated(sc, backend)
         if backend.cluster is not None:

@@ -120,6 +120,12 @@ def _validate(model: type[M], data: Any, path: Path) -> M:
         raise ScenarioError(path, [_format_error(e) for e in exc.errors()]) from None
 
 
+def load_yaml_model(model: type[M], path: Path) -> M:
+    """Read ``path`` as YAML into ``model``; a malformed file raises :class:`ScenarioError`
+    naming the file and, for each problem, the field."""
+    return _validate(model, _read_yaml(path), path)
+
+
 def load_library(library_id: str, directory: Path | None = None) -> WorkloadLibrary:
     """Load ``workloads/<library_id>.yaml``."""
     d = directory or workloads_dir()

@@ -1,0 +1,143 @@
+"""Running a campaign's manifest on this machine: ``workers`` runs at a time, each worker on
+its own embedded cluster, the manifest saved after every change."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+from dbaops.campaign.manifest import (
+    RUNS_DIR,
+    SUPERSEDED_DIR,
+    Manifest,
+    PlannedRun,
+    RunState,
+    plan,
+)
+from dbaops.campaign.spec import CampaignSpec
+from dbaops.engine.runner import RunMonitor, RunOptions, run_scenario
+from dbaops.scenario.loader import load_scenario
+
+
+class CampaignError(RuntimeError):
+    """A campaign cannot start as asked (e.g. its directory holds another campaign)."""
+
+
+def open_manifest(spec: CampaignSpec, out: Path, resume: bool) -> Manifest:
+    """The manifest of ``out``: a new one, or (``resume``) the existing one with interrupted
+    and infrastructure-failed runs made pending again (their run directories superseded)."""
+    from dbaops.campaign.manifest import MANIFEST_FILE
+
+    exists = (out / MANIFEST_FILE).exists()
+    if exists and not resume:
+        raise CampaignError(f"{out} already holds a campaign: pass --resume to continue it")
+    if not exists:
+        out.mkdir(parents=True, exist_ok=True)
+        manifest = Manifest(spec=spec, runs=plan(spec))
+        manifest.save(out)
+        return manifest
+    manifest = Manifest.load(out)
+    if manifest.spec != spec:
+        raise CampaignError(
+            f"{out} holds a campaign of another spec: resume it with the same SPEC.yaml "
+            "(or start a new one in another directory)"
+        )
+    for run in manifest.runs:
+        if run.state in ("running", "infra_error"):
+            _supersede(out, run)
+            run.state, run.status, run.reason = "pending", None, None
+    manifest.save(out)
+    return manifest
+
+
+def _absolute(path: Path) -> Path:
+    return path.resolve()
+
+
+def _supersede(out: Path, run: PlannedRun) -> None:
+    """Move an unfinished attempt's directory out of ``runs/`` (kept, readable, not scored
+    with the campaign)."""
+    if run.run_dir is None:
+        return
+    src = out / run.run_dir
+    if src.exists():
+        dest = out / SUPERSEDED_DIR / f"{run.key.replace('/', '__')}-a{run.attempts}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(src), str(dest))
+    run.run_dir = None
+
+
+async def run_campaign(
+    spec: CampaignSpec,
+    out: Path,
+    *,
+    workers: int = 1,
+    resume: bool = False,
+    on_change: Callable[[Manifest], None] | None = None,
+) -> Manifest:
+    """Run every pending run of the campaign in ``out`` (created, or resumed) and return the
+    final manifest."""
+    manifest = open_manifest(spec, out, resume)
+    out = _absolute(out)
+    pending = [r for r in manifest.runs if r.state == "pending"]
+
+    def changed() -> None:  # synchronous: no other task sees half a save
+        manifest.save(out)
+        if on_change is not None:
+            on_change(manifest)
+
+    async def worker(index: int) -> None:
+        while pending:
+            run = pending.pop(0)
+            await _execute(spec, out, run, index if workers > 1 else None, changed)
+
+    async with anyio.create_task_group() as tg:
+        for index in range(max(1, min(workers, len(pending)))):
+            tg.start_soon(worker, index + 1)
+    return manifest
+
+
+async def _execute(
+    spec: CampaignSpec,
+    out: Path,
+    run: PlannedRun,
+    worker: int | None,
+    changed: Callable[[], None],
+) -> None:
+    """One attempt of ``run``: completed runs are done, refused ones refused, anything else
+    (not manifested, an infrastructure error, a harness failure) is the harness's failure."""
+    sc, _, _ = load_scenario(run.scenario)
+    model = run.agent.removeprefix("model:") if run.agent.startswith("model:") else None
+    options = RunOptions(
+        time_scale=spec.time_scale,
+        runs_dir=out / RUNS_DIR,
+        seed=run.seed,
+        model=model,
+        cluster=None if worker is None else f"{sc.id}-w{worker}",
+    )
+    run.state, run.attempts = "running", run.attempts + 1
+    changed()
+    monitor = RunMonitor()
+    state: RunState = "infra_error"
+    try:
+        result = await run_scenario(run.scenario, options, monitor, None if model else run.agent)
+        run.status, run.reason = result.status, result.reason
+        verdict = result.verdict or {}
+        run.outcome_pass = verdict.get("outcome_pass")
+        if result.status == "completed":
+            state = "done"
+        elif result.status == "refused":
+            state = "refused"
+    except Exception as exc:  # the harness failed: recorded, the campaign goes on
+        run.status, run.reason = "failed", f"{type(exc).__name__}: {exc}"[:500]
+    except BaseException:
+        state = "running"  # interrupted: resume re-runs it
+        raise
+    finally:
+        if monitor.run_dir is not None:
+            run.run_dir = str(_absolute(monitor.run_dir).relative_to(out))
+        run.state = state
+        changed()
