@@ -116,3 +116,18 @@ async def test_an_interrupted_campaign_resumes_to_exactly_one_scored_run_per_pla
     assert len(kept) == len(cut)
     report = build_report(out / "runs", tmp_path / "report")
     assert report.n_runs == 8 and report.n_valid == 8
+
+
+def test_the_same_campaign_runs_as_ray_tasks_on_a_local_ray_instance(tmp_path: Path) -> None:
+    from dbaops.campaign.ray_executor import run_on_ray
+
+    spec = load_campaign_spec(_spec_file(tmp_path, repeats=1))
+    out = tmp_path / "on-ray"
+    final = run_on_ray(spec, out, workers=2)
+    assert final.counts()["done"] == 4
+    # every run directory was made on a worker and collected back into the campaign
+    run_dirs = sorted(p.parent for p in (out / "runs").rglob("trace.jsonl"))
+    assert {str(p.relative_to(out)) for p in run_dirs} == {r.run_dir for r in final.runs}
+    assert all((p / "verdict.json").exists() for p in run_dirs)
+    report = build_report(out / "runs", tmp_path / "report")
+    assert report.n_runs == 4 and report.n_valid == 4

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -70,6 +71,19 @@ def _supersede(out: Path, run: PlannedRun) -> None:
     run.run_dir = None
 
 
+def settle(
+    run: PlannedRun, status: str, reason: str | None, verdict: dict[str, Any] | None
+) -> RunState:
+    """Record how an attempt ended; its state: completed runs are done, refused ones refused,
+    anything else (not manifested, an infrastructure error, a harness failure) is the
+    harness's failure, to be re-run on resume."""
+    run.status, run.reason = status, (reason or None) and reason[:500]
+    run.outcome_pass = (verdict or {}).get("outcome_pass")
+    if status == "completed":
+        return "done"
+    return "refused" if status == "refused" else "infra_error"
+
+
 async def run_campaign(
     spec: CampaignSpec,
     out: Path,
@@ -107,8 +121,7 @@ async def _execute(
     worker: int | None,
     changed: Callable[[], None],
 ) -> None:
-    """One attempt of ``run``: completed runs are done, refused ones refused, anything else
-    (not manifested, an infrastructure error, a harness failure) is the harness's failure."""
+    """One attempt of ``run`` on this machine (``worker``: its own cluster)."""
     sc, _, _ = load_scenario(run.scenario)
     model = run.agent.removeprefix("model:") if run.agent.startswith("model:") else None
     options = RunOptions(
@@ -124,15 +137,9 @@ async def _execute(
     state: RunState = "infra_error"
     try:
         result = await run_scenario(run.scenario, options, monitor, None if model else run.agent)
-        run.status, run.reason = result.status, result.reason
-        verdict = result.verdict or {}
-        run.outcome_pass = verdict.get("outcome_pass")
-        if result.status == "completed":
-            state = "done"
-        elif result.status == "refused":
-            state = "refused"
+        state = settle(run, result.status, result.reason, result.verdict)
     except Exception as exc:  # the harness failed: recorded, the campaign goes on
-        run.status, run.reason = "failed", f"{type(exc).__name__}: {exc}"[:500]
+        state = settle(run, "failed", f"{type(exc).__name__}: {exc}", None)
     except BaseException:
         state = "running"  # interrupted: resume re-runs it
         raise

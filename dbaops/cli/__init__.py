@@ -349,10 +349,21 @@ def campaign(
         bool,
         typer.Option("--resume", help="continue: skip finished runs, re-run interrupted ones"),
     ] = False,
+    executor: Annotated[
+        str,
+        typer.Option("--executor", help="local (this machine) or ray (tasks on a Ray cluster)"),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="a Ray cluster's address (default: start one here)"),
+    ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Run scenarios × agents × seeds × repeats from a manifest that survives interruption,
     then write the report over the campaign's runs."""
+    if executor not in ("local", "ray"):
+        console.print(f"[red]error:[/red] --executor must be local or ray, not {executor!r}")
+        raise typer.Exit(2)
     from dbaops.analysis.report import build_report
     from dbaops.campaign import load_campaign_spec, run_campaign
     from dbaops.campaign.executor import CampaignError
@@ -386,11 +397,19 @@ def campaign(
             def show(manifest: Manifest) -> None:
                 live.update(table(manifest), refresh=True)
 
-            manifest = anyio.run(
-                functools.partial(
-                    run_campaign, spec, out, workers=workers, resume=resume, on_change=show
+            if executor == "ray":
+                from dbaops.campaign.ray_executor import run_on_ray
+
+                manifest = run_on_ray(
+                    spec, out, workers=workers, resume=resume, address=ray_address,
+                    on_change=show,
+                )  # fmt: skip
+            else:
+                manifest = anyio.run(
+                    functools.partial(
+                        run_campaign, spec, out, workers=workers, resume=resume, on_change=show
+                    )
                 )
-            )
     except CampaignError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
