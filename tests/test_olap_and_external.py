@@ -93,6 +93,7 @@ async def test_external_server_by_dsn_reports_instance_control_unavailable(
     assert header.backend["kind"] == "external"
     # the corpus the agent's knowledge tool searched is part of the run's provenance
     assert header.knowledge_base == describe_corpus()
+    assert score_run(result.run_dir).knowledge_base == describe_corpus().summary()
     phases = [r.phase for r in records if isinstance(r, PhaseRecord)]
     assert "build_fixture" in phases and "snapshot_capture" not in phases
     restart, status = [

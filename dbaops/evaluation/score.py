@@ -90,6 +90,11 @@ class RunVerdict(BaseModel):
     reports: list[dict[str, Any]] = Field(default_factory=list)
     cost: CostSummary = Field(default_factory=lambda: CostSummary())
     tool_calls: int = 0
+    knowledge_base: str | None = Field(
+        default=None,
+        description="the corpus query_knowledge_base searched, or 'none (why)' when the run "
+        "had none (such runs are a cohort of their own in reports); None: not recorded",
+    )
     notes: list[str] = Field(default_factory=list)
 
 
@@ -382,8 +387,15 @@ def score_run(run_dir: Path) -> RunVerdict:
         diagnosis=_diagnosis(sc, reports, run_dir, crashed),
         cost=_cost(records),
         tool_calls=sum(isinstance(r, ToolCallRecord) for r in records),
+        knowledge_base=_knowledge_base(header),
         notes=notes,
     )
+
+
+def _knowledge_base(header: RunHeader | None) -> str | None:
+    """The run's corpus in one line (traces written before it was recorded have none)."""
+    corpus = getattr(header, "knowledge_base", None)
+    return None if corpus is None else str(corpus.summary())
 
 
 def write_verdict(run_dir: Path, verdict: RunVerdict) -> Path:
