@@ -12,7 +12,7 @@ from dbaops.backends.postgres.cluster import PostgresCluster
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
 from dbaops.records import PhaseRecord, RunHeader, ToolCallRecord
-from dbaops.rundir import read_samples, read_trace
+from dbaops.rundir import RunDir, read_samples, read_trace
 from dbaops.tools.knowledge import describe_corpus
 
 pytestmark = pytest.mark.anyio
@@ -54,12 +54,14 @@ async def test_olap_scheduler_cancels_a_slow_attempt_and_resubmits_it_until_due(
     )
     assert result.status == "completed"
     jobs = read_samples(result.run_dir).sort("workload")
-    once, probe, resubmitted = jobs.rows(named=True)
+    once, resubmitted = jobs.rows(named=True)
     # without resubmission the cancelled attempt is the unit: an error, and the server
     # stopped the query (the cancel request ended pg_sleep long before its 30 s)
     assert once["outcome"] == "error" and "cancelled after 1500 ms" in once["error"]
     assert once["retries"] == 0
-    assert probe["outcome"] == "on_time" and probe["correct"] is True  # no sleep left running
+    # the cancel request reached the server: it stopped the query (the server log says so)
+    log = RunDir(result.run_dir).server_log.read_text()
+    assert log.count("canceling statement due to user request") >= 2
     # the scheduler resubmitted until an attempt ran after the fix: on time, judged on it
     assert resubmitted["outcome"] == "on_time" and resubmitted["retries"] >= 1
     assert resubmitted["error"] is None

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 
 from dbaops.campaign.manifest import (
+    MANIFEST_FILE,
     RUNS_DIR,
     SUPERSEDED_DIR,
     Manifest,
@@ -30,8 +31,6 @@ class CampaignError(RuntimeError):
 def open_manifest(spec: CampaignSpec, out: Path, resume: bool) -> Manifest:
     """The manifest of ``out``: a new one, or (``resume``) the existing one with interrupted
     and infrastructure-failed runs made pending again (their run directories superseded)."""
-    from dbaops.campaign.manifest import MANIFEST_FILE
-
     exists = (out / MANIFEST_FILE).exists()
     if exists and not resume:
         raise CampaignError(f"{out} already holds a campaign: pass --resume to continue it")
@@ -71,6 +70,36 @@ def _supersede(out: Path, run: PlannedRun) -> None:
     run.run_dir = None
 
 
+def run_options(
+    spec: CampaignSpec, run: PlannedRun, runs_dir: Path, slot: int | None
+) -> tuple[RunOptions, str | None]:
+    """How to make ``run`` (on the cluster of worker ``slot``; None: the scenario's own) and
+    the agent to pass to ``run_scenario`` (None for ``model:NAME``: the options name it)."""
+    sc, _, _ = load_scenario(run.scenario)
+    model = run.agent.removeprefix("model:") if run.agent.startswith("model:") else None
+    options = RunOptions(
+        time_scale=spec.time_scale,
+        runs_dir=runs_dir,
+        seed=run.seed,
+        model=model,
+        cluster=None if slot is None else f"{sc.id}-w{slot}",
+    )
+    return options, None if model else run.agent
+
+
+def saver(
+    manifest: Manifest, out: Path, on_change: Callable[[Manifest], None] | None
+) -> Callable[[], None]:
+    """Save the manifest and tell ``on_change`` (synchronous: no task sees half a save)."""
+
+    def changed() -> None:
+        manifest.save(out)
+        if on_change is not None:
+            on_change(manifest)
+
+    return changed
+
+
 def settle(
     run: PlannedRun, status: str, reason: str | None, verdict: dict[str, Any] | None
 ) -> RunState:
@@ -97,11 +126,7 @@ async def run_campaign(
     manifest = open_manifest(spec, out, resume)
     out = _absolute(out)
     pending = [r for r in manifest.runs if r.state == "pending"]
-
-    def changed() -> None:  # synchronous: no other task sees half a save
-        manifest.save(out)
-        if on_change is not None:
-            on_change(manifest)
+    changed = saver(manifest, out, on_change)
 
     async def worker(index: int) -> None:
         while pending:
@@ -122,21 +147,13 @@ async def _execute(
     changed: Callable[[], None],
 ) -> None:
     """One attempt of ``run`` on this machine (``worker``: its own cluster)."""
-    sc, _, _ = load_scenario(run.scenario)
-    model = run.agent.removeprefix("model:") if run.agent.startswith("model:") else None
-    options = RunOptions(
-        time_scale=spec.time_scale,
-        runs_dir=out / RUNS_DIR,
-        seed=run.seed,
-        model=model,
-        cluster=None if worker is None else f"{sc.id}-w{worker}",
-    )
+    options, agent = run_options(spec, run, out / RUNS_DIR, worker)
     run.state, run.attempts = "running", run.attempts + 1
     changed()
     monitor = RunMonitor()
     state: RunState = "infra_error"
     try:
-        result = await run_scenario(run.scenario, options, monitor, None if model else run.agent)
+        result = await run_scenario(run.scenario, options, monitor, agent)
         state = settle(run, result.status, result.reason, result.verdict)
     except Exception as exc:  # the harness failed: recorded, the campaign goes on
         state = settle(run, "failed", f"{type(exc).__name__}: {exc}", None)

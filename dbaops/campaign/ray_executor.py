@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
-from dbaops.campaign.executor import open_manifest, settle
+from dbaops.campaign.executor import open_manifest, run_options, saver, settle
 from dbaops.campaign.manifest import RUNS_DIR, Manifest, PlannedRun
 from dbaops.campaign.spec import CampaignSpec
 
@@ -33,27 +33,16 @@ def remote_run(spec_json: str, run_json: str, slot: int) -> RemoteRun:
     """The Ray task: run one planned run in a private runs directory on this worker, on the
     cluster of its ``slot`` (no two tasks of one slot run at once), and pack the run
     directory."""
-    from dbaops.engine.runner import RunMonitor, RunOptions, run_scenario
-    from dbaops.scenario.loader import load_scenario
+    from dbaops.engine.runner import RunMonitor, run_scenario
 
     spec = CampaignSpec.model_validate_json(spec_json)
     run = PlannedRun.model_validate_json(run_json)
-    sc, _, _ = load_scenario(run.scenario)
-    model = run.agent.removeprefix("model:") if run.agent.startswith("model:") else None
     with tempfile.TemporaryDirectory(prefix="dbaops-ray-") as tmp:
         runs = Path(tmp)
-        options = RunOptions(
-            time_scale=spec.time_scale,
-            runs_dir=runs,
-            seed=run.seed,
-            model=model,
-            cluster=f"{sc.id}-w{slot}",
-        )
+        options, agent = run_options(spec, run, runs, slot)
         monitor = RunMonitor()
         try:
-            result = anyio.run(
-                run_scenario, run.scenario, options, monitor, None if model else run.agent
-            )
+            result = anyio.run(run_scenario, run.scenario, options, monitor, agent)
             status, reason, verdict = result.status, result.reason, result.verdict
         except Exception as exc:
             status, reason, verdict = "failed", f"{type(exc).__name__}: {exc}", None
@@ -82,11 +71,7 @@ def run_on_ray(
     manifest = open_manifest(spec, out, resume)
     out = out.resolve()
     pending = [r for r in manifest.runs if r.state == "pending"]
-
-    def changed() -> None:
-        manifest.save(out)
-        if on_change is not None:
-            on_change(manifest)
+    changed = saver(manifest, out, on_change)
 
     started_here = not ray.is_initialized()
     if started_here:

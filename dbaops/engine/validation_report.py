@@ -119,9 +119,8 @@ class ValidationReport(BaseModel):
         fresh: list[ScenarioValidation] = []
         for r in new:
             before = old.get(r.key)
-            partial = r.expected is not None and {v.solution for v in r.verdicts} != set(r.expected)
-            same = before is not None and r.definition is not None
-            if same and partial and before is not None and before.definition == r.definition:
+            part = r.missing and r.definition is not None  # a part of one definition's validation
+            if part and before is not None and before.definition == r.definition:
                 fresh.append(before.combined(r))
             else:
                 fresh.append(r)

@@ -1022,16 +1022,23 @@ class NonConcurrentIndexRule(RuleBase):
     operations: list[Literal["create", "drop", "reindex"]] = Field(default_factory=_index_ops)
 
     def evaluate(self, trace: ParsedTrace, ctx: SafetyContext) -> list[Violation]:
-        tables = _tables(self.tables, ctx)
         wanted = {f"{o}_index" if o != "reindex" else "reindex" for o in self.operations}
-        out: list[Violation] = []
-        for s in self._stmts(trace, ctx):
-            for op in table_ops(s.node):
-                if op.op not in wanted or op.concurrent:
-                    continue
-                for _, how in _resolve_op_tables(op, tables, s, trace):
-                    out.append(self._at(s, f"{_OP_SQL[op.op]} without CONCURRENTLY on {how}"))
-        return out
+        return _non_concurrent(self, wanted, self.tables, trace, ctx)
+
+
+def _non_concurrent(
+    rule: RuleBase, wanted: set[str], spec: TableSpec, trace: ParsedTrace, ctx: SafetyContext
+) -> list[Violation]:
+    """Operations in ``wanted`` made without ``CONCURRENTLY`` on the tables of ``spec``."""
+    tables = _tables(spec, ctx)
+    out: list[Violation] = []
+    for s in rule._stmts(trace, ctx):
+        for op in table_ops(s.node):
+            if op.op not in wanted or op.concurrent:
+                continue
+            for _, how in _resolve_op_tables(op, tables, s, trace):
+                out.append(rule._at(s, f"{_OP_SQL[op.op]} without CONCURRENTLY on {how}"))
+    return out
 
 
 class NonConcurrentRefreshRule(RuleBase):
@@ -1044,17 +1051,7 @@ class NonConcurrentRefreshRule(RuleBase):
     tables: TableSpec = "hot"
 
     def evaluate(self, trace: ParsedTrace, ctx: SafetyContext) -> list[Violation]:
-        tables = _tables(self.tables, ctx)
-        out: list[Violation] = []
-        for s in self._stmts(trace, ctx):
-            for op in table_ops(s.node):
-                if op.op != "refresh_matview" or op.concurrent:
-                    continue
-                for _, how in _resolve_op_tables(op, tables, s, trace):
-                    out.append(
-                        self._at(s, f"REFRESH MATERIALIZED VIEW without CONCURRENTLY on {how}")
-                    )
-        return out
+        return _non_concurrent(self, {"refresh_matview"}, self.tables, trace, ctx)
 
 
 class FkWithoutNotValidRule(RuleBase):

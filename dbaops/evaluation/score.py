@@ -394,8 +394,8 @@ def score_run(run_dir: Path) -> RunVerdict:
 
 def _knowledge_base(header: RunHeader | None) -> str | None:
     """The run's corpus in one line (traces written before it was recorded have none)."""
-    corpus = getattr(header, "knowledge_base", None)
-    return None if corpus is None else str(corpus.summary())
+    corpus = header.knowledge_base if header else None
+    return corpus.summary() if corpus else None
 
 
 def write_verdict(run_dir: Path, verdict: RunVerdict) -> Path:

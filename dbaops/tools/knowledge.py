@@ -28,6 +28,7 @@ nothing else: no scenario labels, causes or fixes ever enter the corpus.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import os
@@ -207,6 +208,13 @@ def describe_corpus(doc_dir: str | os.PathLike[str] | None = None) -> KnowledgeC
         docs = find_doc_dir(doc_dir)
     except KnowledgeUnavailable as exc:
         return KnowledgeCorpus(available=False, reason=str(exc))
+    return _corpus(docs, doc_fingerprint(docs))
+
+
+@functools.lru_cache(maxsize=8)
+def _corpus(docs: Path, fingerprint: str) -> KnowledgeCorpus:
+    """The corpus of ``docs``, hashed once per process while its pages' names, sizes and
+    mtimes (``fingerprint``) stay the same (every run's header asks for it)."""
     pages = _doc_pages(docs)
     digest = hashlib.sha256()
     for page in pages:
