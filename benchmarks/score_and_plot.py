@@ -11,7 +11,7 @@ a background workload and a report job; a lock stall at 40 % of the horizon that
 points, then times, each ``--repeats`` times (best and first reported):
 
 * the references: ``pl.read_parquet`` of ``samples.parquet`` (all columns) and
-  :func:`dbaops.rundir.read_samples`;
+  :func:`dbaops.record.tables.read_samples`;
 * :func:`dbaops.evaluation.score.score_run` (what ``dbaops score`` does, minus writing);
 * :func:`dbaops.analysis.plot.plot_run` (PNG + HTML), split into data (read and aggregate) and
   drawing (render), since the plot never draws raw samples.
@@ -40,7 +40,7 @@ from dbaops.analysis.plot import plot_run, run_figure
 from dbaops.analysis.series import run_series
 from dbaops.analysis.synthetic import big_run
 from dbaops.evaluation.score import score_run, write_verdict
-from dbaops.rundir import read_samples
+from dbaops.record.tables import read_samples
 
 
 def _time(fn: Callable[[], Any], repeats: int) -> tuple[float, float, Any]:

@@ -16,8 +16,8 @@ import pytest
 from dbaops.agents.base import AgentSession
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
-from dbaops.records import ToolCallRecord
-from dbaops.rundir import read_trace
+from dbaops.record.kinds import ToolCallRecord
+from dbaops.record.trace import read_trace
 from dbaops.scenario.loader import timelines_dir
 
 pytestmark = pytest.mark.anyio

@@ -12,8 +12,8 @@ from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.engine.validate import validate
 from dbaops.engine.validation_report import scenario_records
 from dbaops.evaluation.score import score_run, server_crashed
-from dbaops.records import ToolCallRecord
-from dbaops.rundir import read_trace
+from dbaops.record.kinds import ToolCallRecord
+from dbaops.record.trace import read_trace
 from dbaops.scenario.loader import timelines_dir
 
 pytestmark = pytest.mark.anyio

@@ -32,9 +32,10 @@ from dbaops.evaluation.compliance import (
     evaluate_service_compliance,
 )
 from dbaops.evaluation.score import score_run, write_verdict
-from dbaops.models import CallRecord, ModelClient, ModelSpec, Prices, load_registry
-from dbaops.records import (
+from dbaops.models import ModelClient, ModelSpec, Prices, load_registry
+from dbaops.record.kinds import (
     ActorRecord,
+    CallRecord,
     CheckRecord,
     EventRecord,
     KnowledgeCorpus,

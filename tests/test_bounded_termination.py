@@ -11,8 +11,8 @@ import pytest
 from dbaops.agents.base import AgentSession
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
-from dbaops.records import PhaseRecord, ToolCallRecord
-from dbaops.rundir import read_trace
+from dbaops.record.kinds import PhaseRecord, ToolCallRecord
+from dbaops.record.trace import read_trace
 from dbaops.scenario.loader import load_scenario
 
 pytestmark = pytest.mark.anyio

@@ -27,16 +27,17 @@ from dbaops.engine.checks import (
     metric_window_stat,
     server_log_matches,
 )
-from dbaops.engine.metrics import METRIC_SCHEMA, MetricSampler
+from dbaops.engine.metrics import MetricSampler
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.engine.serverlog import ServerLogFollower
 from dbaops.evaluation.report_checks import judge_report_check
 from dbaops.evaluation.score import score_run
-from dbaops.records import CheckRecord
-from dbaops.rundir import ParquetParts, read_trace
+from dbaops.record.kinds import CheckRecord
+from dbaops.record.tables import METRIC_SCHEMA, SAMPLE_SCHEMA, ParquetParts
+from dbaops.record.trace import read_trace
 from dbaops.scenario.checks import CheckSpec, ReportCheck, WorkloadCheck
 from dbaops.scenario.loader import ScenarioError, load_scenario
-from dbaops.workloads.samples import SAMPLE_SCHEMA, Outcome
+from dbaops.workloads.samples import Outcome
 from dbaops.workloads.sink import SampleSink
 
 pytestmark = pytest.mark.anyio

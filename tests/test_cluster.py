@@ -58,8 +58,8 @@ async def test_wal_archiving_keeps_working_after_repeated_restores() -> None:
 async def test_a_second_concurrent_run_on_the_same_cluster_is_refused(tmp_path: Path) -> None:
     from dbaops.backends.postgres.cluster import ClusterError
     from dbaops.engine.runner import RunOptions, run_scenario
-    from dbaops.records import RunEnd
-    from dbaops.rundir import read_trace
+    from dbaops.record.kinds import RunEnd
+    from dbaops.record.trace import read_trace
 
     scenario = Path(__file__).parent / "scenarios" / "t-snapshot.yaml"
     holder = await PostgresCluster.open("t-snapshot")

@@ -13,7 +13,8 @@ from dbaops.evaluation.compliance import (
     evaluate_service_compliance,
     format_compliance,
 )
-from dbaops.workloads.samples import SAMPLE_SCHEMA, Outcome, SLOSample, samples_frame
+from dbaops.record.tables import SAMPLE_SCHEMA
+from dbaops.workloads.samples import Outcome, SLOSample, samples_frame
 
 
 def _units(

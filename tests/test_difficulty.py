@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from dbaops.evaluation.difficulty import DifficultySpec, label_difficulty, observation_units
-from dbaops.records import ToolCallRecord
+from dbaops.record.kinds import ToolCallRecord
 
 
 def _sql(observation: str, call_id: str = "c1") -> ToolCallRecord:

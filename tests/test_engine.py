@@ -16,8 +16,9 @@ import pytest
 from dbaops.agents.base import AgentSession
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
-from dbaops.records import CheckRecord, EventRecord, PhaseRecord, RunEnd
-from dbaops.rundir import read_samples, read_trace
+from dbaops.record.kinds import CheckRecord, EventRecord, PhaseRecord, RunEnd
+from dbaops.record.tables import read_samples
+from dbaops.record.trace import read_trace
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 

@@ -11,10 +11,10 @@ import pytest
 from dbaops.clock import ScenarioClock
 from dbaops.engine.history import effective_history
 from dbaops.engine.metrics import MetricSampler
-from dbaops.engine.metrics_registry import METRIC_SCHEMA
 from dbaops.engine.runner import RunOptions, run_scenario
-from dbaops.records import PhaseRecord
-from dbaops.rundir import read_metrics, read_samples, read_trace
+from dbaops.record.kinds import PhaseRecord
+from dbaops.record.tables import METRIC_SCHEMA, read_metrics, read_samples
+from dbaops.record.trace import read_trace
 from dbaops.scenario.loader import load_scenario, preparation_key
 from dbaops.scenario.model import OlapWorkload
 

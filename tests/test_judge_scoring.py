@@ -10,7 +10,7 @@ from typing import Any
 
 from dbaops.analysis.synthetic import header, scenario_dict, write_run
 from dbaops.evaluation.score import score_run
-from dbaops.records import RunEnd, ToolCallRecord
+from dbaops.record.kinds import RunEnd, ToolCallRecord
 from dbaops.testing import OpenAITestServer, ScriptedResponse
 
 

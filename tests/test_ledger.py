@@ -8,8 +8,9 @@ import pytest
 
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
-from dbaops.records import CheckRecord, PhaseRecord
-from dbaops.rundir import read_samples, read_trace
+from dbaops.record.kinds import CheckRecord, PhaseRecord
+from dbaops.record.tables import read_samples
+from dbaops.record.trace import read_trace
 from dbaops.scenario.loader import ScenarioError, load_scenario
 from dbaops.workloads.ledger import DriverLedger, LedgerSnapshot, ledger_bounds
 

@@ -14,7 +14,6 @@ import pytest
 from dbaops.backends.postgres.cluster import PostgresCluster
 from dbaops.clock import ScenarioClock
 from dbaops.engine.metrics import (
-    METRIC_SCHEMA,
     REGISTRY,
     MetricSampler,
     UnknownMetricError,
@@ -24,7 +23,8 @@ from dbaops.engine.metrics import (
     query_series,
     short_queryid,
 )
-from dbaops.rundir import ParquetParts, RunDir, read_metrics
+from dbaops.record.layout import RunDir
+from dbaops.record.tables import METRIC_SCHEMA, ParquetParts, read_metrics
 
 # -- helpers -------------------------------------------------------------------------------
 

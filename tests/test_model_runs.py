@@ -10,8 +10,8 @@ import pytest
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
 from dbaops.models import RetryPolicy
-from dbaops.records import ToolCallRecord
-from dbaops.rundir import read_trace
+from dbaops.record.kinds import ToolCallRecord
+from dbaops.record.trace import read_trace
 from dbaops.testing import OpenAITestServer, ScriptedResponse, dead_base_url
 
 pytestmark = pytest.mark.anyio

@@ -12,7 +12,6 @@ import openai
 import pytest
 
 from dbaops.models import (
-    CallRecord,
     CostMeter,
     InfraError,
     ModelClient,
@@ -22,12 +21,12 @@ from dbaops.models import (
     Prices,
     RetryPolicy,
     UnknownModelError,
-    Usage,
     canonical_json,
     cost_usd,
     load_registry,
 )
 from dbaops.models.text_tools import parse_text_tool_calls
+from dbaops.record.kinds import CallRecord, Usage
 from dbaops.testing import OpenAITestServer, ScriptedResponse, dead_base_url
 from dbaops.tools.base import ToolSpec
 

@@ -11,8 +11,10 @@ from dbaops.agents.base import AgentSession
 from dbaops.backends.postgres.cluster import PostgresCluster
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
-from dbaops.records import PhaseRecord, RunHeader, ToolCallRecord
-from dbaops.rundir import RunDir, read_samples, read_trace
+from dbaops.record.kinds import PhaseRecord, RunHeader, ToolCallRecord
+from dbaops.record.layout import RunDir
+from dbaops.record.tables import read_samples
+from dbaops.record.trace import read_trace
 from dbaops.tools.knowledge import describe_corpus
 
 pytestmark = pytest.mark.anyio

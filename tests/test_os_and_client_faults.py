@@ -18,7 +18,7 @@ from dbaops.backends.postgres.volumes import volume_support_problem
 from dbaops.clock import ScenarioClock
 from dbaops.engine.actors import ActorContext, FaultError, run_fault
 from dbaops.evaluation.score import server_crashed
-from dbaops.records import ActorRecord, Record
+from dbaops.record.kinds import ActorRecord, Record
 from dbaops.scenario.faults import (
     EditConfig,
     FileSizeLimit,

@@ -19,12 +19,18 @@ import pytest
 
 from dbaops.agents import react_prompts as P
 from dbaops.agents.base import Agent, AgentSession, Budget
-from dbaops.agents.react import AgentEventRecord, CompactionRecord, ReactAgent
+from dbaops.agents.react import ReactAgent
 from dbaops.clock import ScenarioClock
-from dbaops.models import CallRecord, InfraError, ModelSpec, Prices, RetryPolicy
-from dbaops.models.replay import ReplayDivergence, ReplayExhausted, ReplayModelClient
-from dbaops.records import Record
-from dbaops.rundir import TraceWriter
+from dbaops.models import InfraError, ModelSpec, Prices, RetryPolicy
+from dbaops.models.replay import ReplayExhausted, ReplayModelClient
+from dbaops.record.kinds import (
+    AgentEventRecord,
+    CallRecord,
+    CompactionRecord,
+    Record,
+    ReplayDivergence,
+)
+from dbaops.record.trace import TraceWriter
 from dbaops.testing import OpenAITestServer, ScriptedResponse, dead_base_url
 from dbaops.testing.openai_server import ScriptedToolCall
 from dbaops.tools.base import Tool, ToolResult, ToolSpec

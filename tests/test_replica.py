@@ -12,8 +12,9 @@ import pytest
 
 from dbaops.backends.postgres.cluster import PostgresCluster
 from dbaops.engine.runner import RunOptions, run_scenario
-from dbaops.records import ToolCallRecord
-from dbaops.rundir import read_samples, read_trace
+from dbaops.record.kinds import ToolCallRecord
+from dbaops.record.tables import read_samples
+from dbaops.record.trace import read_trace
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 

@@ -17,7 +17,7 @@ from dbaops.evaluation.safety_contract import (
     parse_server_signals,
     scenario_changed_gucs,
 )
-from dbaops.records import ActorRecord, Record, ToolCallRecord
+from dbaops.record.kinds import ActorRecord, Record, ToolCallRecord
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp()
 AGENT_PID = 9000

@@ -26,7 +26,7 @@ from dbaops.evaluation.safety_contract import (
     scenario_changed_gucs,
     scenario_changed_role_gucs,
 )
-from dbaops.records import Record, ToolCallRecord
+from dbaops.record.kinds import Record, ToolCallRecord
 
 CTX = SafetyContext(
     business_tables=["shop.orders", "shop.customers"],

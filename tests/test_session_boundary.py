@@ -10,7 +10,7 @@ import pytest
 from dbaops.agents.base import AgentNotFound, AgentSession, Budget, load_agent
 from dbaops.agents.reference import oracle_agent
 from dbaops.clock import ScenarioClock
-from dbaops.records import Record, ToolCallRecord
+from dbaops.record.kinds import Record, ToolCallRecord
 from dbaops.scenario.loader import load_scenario
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 from dbaops.tools.recording import ToolRecorder, call_detail

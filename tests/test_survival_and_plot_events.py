@@ -33,7 +33,7 @@ from dbaops.evaluation.compliance import (
     ServiceObjective,
     evaluate_service_compliance,
 )
-from dbaops.records import EventRecord, RunEnd
+from dbaops.record.kinds import EventRecord, RunEnd
 
 CHECKOUT = {
     "name": "checkout",

@@ -11,7 +11,7 @@ from dbaops.engine.validation_report import (
     scenario_records,
     write_report,
 )
-from dbaops.records import ToolCallRecord
+from dbaops.record.kinds import ToolCallRecord
 from dbaops.scenario.loader import load_scenario
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from dbaops.analysis.synthetic import header, scenario_dict, write_run
 from dbaops.evaluation.score import TraceTampered, score_run
-from dbaops.records import PhaseRecord, Record, RunEnd, ToolCallRecord
+from dbaops.record.kinds import PhaseRecord, Record, RunEnd, ToolCallRecord
 
 DIAGNOSIS = {
     "required": ["the blocker is the price_sync session"],

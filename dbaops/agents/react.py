@@ -37,19 +37,18 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import anyio
-from pydantic import Field
 
 from dbaops.agents import react_prompts as P
 from dbaops.agents.base import AgentSession
-from dbaops.models.accounting import CostMeter, ToolCall, Usage
+from dbaops.models.accounting import CostMeter
 from dbaops.models.client import Completion, ModelClient, RetryPolicy
 from dbaops.models.errors import ModelRequestError
 from dbaops.models.registry import ModelSpec, load_registry
 from dbaops.models.text_tools import normalize_tools
-from dbaops.records import Record
+from dbaops.record.kinds import AgentEventRecord, CompactionRecord, Record, ToolCall, Usage
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 
 Message = dict[str, Any]
@@ -58,32 +57,6 @@ Round = list[Message]
 SUBMIT_REPORT = "submit_report"
 SUSPEND = "suspend"
 _OVERFLOW_RE = re.compile(r"context|too long|too many tokens|maximum.*tokens|length", re.I)
-
-
-class CompactionRecord(Record):
-    """The middle of the agent's conversation was replaced by a model-written summary."""
-
-    kind: Literal["compaction"] = "compaction"
-    agent: str
-    turn: int  # model turns taken when compacting
-    reason: Literal["threshold", "context_overflow"] = "threshold"
-    rounds_total: int
-    summarised_rounds: list[int]  # [start, end) 0-based indices of the rounds now summarised
-    est_tokens_before: int
-    est_tokens_after: int
-    threshold_tokens: int
-    summary: str
-    summary_request_sha256: str
-
-
-class AgentEventRecord(Record):
-    """A control decision of the agent loop (budget exhausted, self-suspend, fallback report)."""
-
-    kind: Literal["agent_event"] = "agent_event"
-    agent: str
-    event: str
-    turn: int
-    detail: dict[str, Any] = Field(default_factory=dict)
 
 
 class ChatClient(Protocol):
@@ -551,9 +524,7 @@ def _fallback_report_args(spec: ToolSpec, text: str) -> dict[str, Any]:
 
 
 __all__ = [
-    "AgentEventRecord",
     "ChatClient",
-    "CompactionRecord",
     "ReactAgent",
     "blob_sink_for",
 ]

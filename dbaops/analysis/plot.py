@@ -39,6 +39,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from dbaops.analysis.htmlpage import frame_html, page, png_bytes, png_img
 from dbaops.analysis.series import RunSeries, WorkloadInfo, missed_by_event, run_series
+from dbaops.record.layout import PLOT_HTML, PLOT_PNG
 
 __all__ = ["missed_summary", "plot_run", "run_figure", "window_steps"]
 
@@ -684,8 +685,8 @@ def plot_run(run_dir: Path, out_dir: Path) -> list[Path]:
     png = png_bytes(fig, dpi=110)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    png_path = out / "plot.png"
+    png_path = out / PLOT_PNG
     png_path.write_bytes(png)
-    html_path = out / "plot.html"
+    html_path = out / PLOT_HTML
     html_path.write_text(_html(s, png), encoding="utf-8")
     return [png_path, html_path]

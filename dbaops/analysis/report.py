@@ -78,15 +78,6 @@ from dbaops.analysis.htmlpage import (
     png_bytes,
     png_img,
 )
-from dbaops.analysis.rundata import (
-    RunData,
-    discover_runs,
-    load_run,
-    run_cost,
-    run_is_replay,
-    run_model,
-    run_time_scale,
-)
 from dbaops.analysis.survival import (
     case_exit,
     survival_cases,
@@ -94,6 +85,8 @@ from dbaops.analysis.survival import (
     survival_figure,
     survival_table,
 )
+from dbaops.record.layout import discover_runs
+from dbaops.record.load import RunData, load_run, run_cost, run_is_replay, run_model, run_time_scale
 
 __all__ = [
     "ALL_SYSTEMS",
@@ -323,13 +316,13 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         "left_workload": left.workload if left else None,
         "left_cause": left.cause if left else None,
         "n_tool_calls": n_tools if isinstance(n_tools, int) else len(run.tool_calls),
-        "n_model_calls": cost["n_model_calls"],
-        "input_tokens": cost["input_tokens"],
-        "cached_input_tokens": cost["cached_input_tokens"],
-        "output_tokens": cost["output_tokens"],
-        "cost_usd": cost["cost_usd"],
-        "cost_placeholder": cost["price_placeholder"] if cost["cost_usd"] is not None else None,
-        "unpriced_calls": cost["unpriced_calls"],
+        "n_model_calls": cost.calls,
+        "input_tokens": cost.input_tokens,
+        "cached_input_tokens": cost.cached_input_tokens,
+        "output_tokens": cost.output_tokens,
+        "cost_usd": cost.cost_usd,
+        "cost_placeholder": cost.price_placeholder if cost.cost_usd is not None else None,
+        "unpriced_calls": cost.unpriced_calls,
     }
 
 

@@ -33,7 +33,6 @@ from typing import Any
 
 import polars as pl
 
-from dbaops.analysis.rundata import RunData, load_run, violating_calls
 from dbaops.evaluation.compliance import (
     ServiceComplianceVerdict,
     ServiceObjective,
@@ -41,8 +40,9 @@ from dbaops.evaluation.compliance import (
     compliance_windows_frame,
     evaluate_service_compliance,
 )
-from dbaops.rundir import RunDir, read_metrics
-from dbaops.workloads.samples import SAMPLE_SCHEMA
+from dbaops.record.layout import RunDir
+from dbaops.record.load import RunData, load_run, violating_calls
+from dbaops.record.tables import SAMPLE_SCHEMA, read_metrics
 
 __all__ = [
     "DEFAULT_WINDOW_S",
@@ -111,7 +111,7 @@ def read_sample_columns(run_dir: Path, columns: list[str]) -> pl.DataFrame:
     """Only the given sample columns (compacted file and/or parts of an unfinished run)."""
     rd = RunDir(Path(run_dir))
     paths = []
-    final = rd.path / "samples.parquet"
+    final = rd.samples
     if final.exists():
         paths.append(final)
     if rd.samples_dir.exists():

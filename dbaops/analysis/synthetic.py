@@ -17,8 +17,7 @@ import numpy as np
 import polars as pl
 import yaml
 
-from dbaops.engine.metrics_registry import METRIC_SCHEMA
-from dbaops.records import (
+from dbaops.record.kinds import (
     ActorRecord,
     CheckRecord,
     EventRecord,
@@ -27,7 +26,8 @@ from dbaops.records import (
     RunHeader,
     ToolCallRecord,
 )
-from dbaops.workloads.samples import SAMPLE_SCHEMA
+from dbaops.record.layout import RunDir
+from dbaops.record.tables import METRIC_SCHEMA, SAMPLE_SCHEMA
 
 __all__ = [
     "big_run",
@@ -112,16 +112,16 @@ def write_run(
     """Write a run directory; ``records`` may mix record models and raw dicts (other kinds)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
-    with (run_dir / "trace.jsonl").open("w", encoding="utf-8") as fh:
+    RunDir(run_dir).scenario.write_text(yaml.safe_dump(scenario, sort_keys=False))
+    with RunDir(run_dir).trace.open("w", encoding="utf-8") as fh:
         for r in records:
             fh.write((r.model_dump_json() if isinstance(r, Record) else json.dumps(r)) + "\n")
     if samples is not None:
-        samples.write_parquet(run_dir / "samples.parquet")
+        samples.write_parquet(RunDir(run_dir).samples)
     if metrics is not None:
-        metrics.write_parquet(run_dir / "metrics.parquet")
+        metrics.write_parquet(RunDir(run_dir).metrics)
     if verdict is not None:
-        (run_dir / "verdict.json").write_text(json.dumps(verdict, indent=1))
+        RunDir(run_dir).verdict.write_text(json.dumps(verdict, indent=1))
     return run_dir
 
 

@@ -471,8 +471,10 @@ def judge(
 ) -> None:
     """Judge the diagnosis in the agents' reports (cached per report, condition and judge)."""
     from dbaops.evaluation.diagnosis import judge_diagnosis
-    from dbaops.evaluation.score import JUDGMENTS_FILE, load_run_scenario, score_run, write_verdict
+    from dbaops.evaluation.score import score_run, write_verdict
     from dbaops.models import ModelClient, load_registry
+    from dbaops.record.layout import JUDGMENTS_FILE
+    from dbaops.record.load import load_run_scenario
 
     registry = load_registry(models)
     spec = registry.get(judge_model) if judge_model else registry.role("judge")
@@ -497,8 +499,9 @@ def score(
 ) -> None:
     """Score a recorded run again (no database needed) and write verdict.json."""
     from dbaops.evaluation.score import score_run, write_verdict
+    from dbaops.record.layout import RunDir
 
-    if not (run_dir / "trace.jsonl").exists():
+    if not RunDir(run_dir).is_run():
         console.print(f"[red]error:[/red] {run_dir} has no trace.jsonl: not a run directory")
         raise typer.Exit(2)
     verdict = score_run(run_dir)
@@ -624,8 +627,8 @@ def difficulty(
 ) -> None:
     """Paper §4.2 difficulty from a reference run: path depth D_s, complexity C_s, Easy/Hard."""
     from dbaops.evaluation.difficulty import label_difficulty
-    from dbaops.evaluation.score import load_run_scenario
-    from dbaops.rundir import read_trace
+    from dbaops.record.load import load_run_scenario
+    from dbaops.record.trace import read_trace
 
     sc = load_run_scenario(run_dir)
     if sc.evaluation.difficulty is None:

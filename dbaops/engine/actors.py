@@ -23,7 +23,7 @@ from dbaops.backends.endpoint import (
     quote_ident,
 )
 from dbaops.clock import ScenarioClock
-from dbaops.records import ActorRecord, Record
+from dbaops.record.kinds import ActorRecord, Record
 from dbaops.scenario.faults import (
     EditConfig,
     FaultSpec,

@@ -23,9 +23,9 @@ import polars as pl
 
 from dbaops.backends.endpoint import HARNESS_APPLICATION, Endpoint
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.postgres.serverlog import log_line_stamp
 from dbaops.engine.metrics_registry import metric_kind
-from dbaops.records import CheckRecord
-from dbaops.rundir import log_line_stamp
+from dbaops.record.kinds import CheckRecord
 from dbaops.scenario.checks import (
     BaselineWindow,
     CheckSpec,

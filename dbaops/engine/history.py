@@ -23,16 +23,13 @@ import polars as pl
 
 from dbaops.backends.endpoint import Endpoint
 from dbaops.clock import ScenarioClock
-from dbaops.engine.metrics import METRIC_SCHEMA, harness_sampler
-from dbaops.rundir import ParquetParts, read_parts
+from dbaops.engine.metrics import harness_sampler
+from dbaops.record.layout import METRICS_FILE, METRICS_PARTS, SAMPLES_FILE, SAMPLES_PARTS
+from dbaops.record.tables import METRIC_SCHEMA, SAMPLE_SCHEMA, ParquetParts, read_parts
 from dbaops.scenario.model import History, Scenario
 from dbaops.workloads.drivers import scenario_drivers
-from dbaops.workloads.samples import SAMPLE_SCHEMA
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import WorkloadLibrary
-
-METRICS_FILE = "metrics.parquet"
-SAMPLES_FILE = "samples.parquet"
 
 #: Time columns of the two tables (shifted when a run takes the history in).
 _SAMPLE_TIMES = ("scheduled_s", "start_s", "end_s")
@@ -63,8 +60,8 @@ async def record_history(
     (history time runs from ``-duration_s`` to 0); returns a summary for the trace."""
     _fresh_dir(out_dir)
     clock = ScenarioClock(time_scale=history.scale)
-    sample_parts = ParquetParts(out_dir / "samples", out_dir / SAMPLES_FILE, SAMPLE_SCHEMA)
-    metric_parts = ParquetParts(out_dir / "metrics", out_dir / METRICS_FILE, METRIC_SCHEMA)
+    sample_parts = ParquetParts(out_dir / SAMPLES_PARTS, out_dir / SAMPLES_FILE, SAMPLE_SCHEMA)
+    metric_parts = ParquetParts(out_dir / METRICS_PARTS, out_dir / METRICS_FILE, METRIC_SCHEMA)
     sink = SampleSink(sample_parts, recent_s=60.0)
     sampler = harness_sampler(endpoint, clock, metric_parts, interval_s=history.sample_every_s)
     drivers = scenario_drivers(
@@ -111,8 +108,8 @@ def _shifted(frame: pl.DataFrame, columns: tuple[str, ...], by_s: float) -> pl.D
 def load_history(directory: Path, ends_at_s: float) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The recorded history's metrics and samples, shifted so that it ends at ``ends_at_s``
     (the start of the run's warm-up)."""
-    metrics = read_parts(directory / "metrics", directory / METRICS_FILE, METRIC_SCHEMA)
-    samples = read_parts(directory / "samples", directory / SAMPLES_FILE, SAMPLE_SCHEMA)
+    metrics = read_parts(directory / METRICS_PARTS, directory / METRICS_FILE, METRIC_SCHEMA)
+    samples = read_parts(directory / SAMPLES_PARTS, directory / SAMPLES_FILE, SAMPLE_SCHEMA)
     return (
         _shifted(metrics, _METRIC_TIMES, ends_at_s),
         _shifted(samples, _SAMPLE_TIMES, ends_at_s),

@@ -3,8 +3,9 @@
 Storage
     Long format, :data:`METRIC_SCHEMA` = ``t_s`` (Float64 scenario seconds of the sample),
     ``metric`` (String, dotted name), ``label`` (String, ``key=value[,key=value]`` or ``""``),
-    ``value`` (Float64). Written as ``metrics/part-*.parquet`` by :class:`MetricSampler` through a
-    :class:`~dbaops.rundir.ParquetParts` sink; read back with :func:`dbaops.rundir.read_metrics`.
+    ``value`` (Float64). Written as ``metrics/part-*.parquet`` by :class:`MetricSampler` through
+    a :class:`~dbaops.record.tables.ParquetParts` sink; read back with
+    :func:`dbaops.record.tables.read_metrics`.
 
 Kinds (registry: :data:`REGISTRY`, name -> :class:`MetricSpec` with kind, unit, description)
     ``counter``  cumulative value exactly as PostgreSQL reports it. :func:`query_series` with
@@ -77,13 +78,7 @@ from dbaops.engine.metrics_query import (
     list_metrics,
     query_series,
 )
-from dbaops.engine.metrics_registry import (
-    METRIC_SCHEMA,
-    REGISTRY,
-    MetricKind,
-    MetricSpec,
-    metric_kind,
-)
+from dbaops.engine.metrics_registry import REGISTRY, MetricKind, MetricSpec, metric_kind
 from dbaops.engine.metrics_sql import (
     SAMPLER_APPLICATION_NAME,
     Capabilities,
@@ -91,10 +86,9 @@ from dbaops.engine.metrics_sql import (
     build_tag_sql,
     probe,
 )
-from dbaops.rundir import ParquetParts
+from dbaops.record.tables import METRIC_SCHEMA, ParquetParts
 
 __all__ = [
-    "METRIC_SCHEMA",
     "REGISTRY",
     "SAMPLER_APPLICATION_NAME",
     "ConnectionFactory",

@@ -25,7 +25,8 @@ import re
 import polars as pl
 from pydantic import BaseModel
 
-from dbaops.engine.metrics_registry import METRIC_SCHEMA, REGISTRY, metric_kind
+from dbaops.engine.metrics_registry import REGISTRY, metric_kind
+from dbaops.record.tables import METRIC_SCHEMA
 
 _SELECTOR = re.compile(r"\s*([^{}\s]+)\s*(?:\{([^{}]*)\})?\s*")
 

@@ -17,15 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import polars as pl
-
 #: Long-format schema of the metrics table (``metrics/part-*.parquet``, ``metrics.parquet``).
-METRIC_SCHEMA: dict[str, pl.DataType] = {
-    "t_s": pl.Float64(),
-    "metric": pl.String(),
-    "label": pl.String(),
-    "value": pl.Float64(),
-}
 
 MetricKind = Literal["counter", "gauge", "delta"]
 

@@ -40,20 +40,21 @@ from dbaops.engine.backend import PostgresBackend, embedded_backend, external_ba
 from dbaops.engine.checks import CheckSources, evaluate_check, ledger_baselines
 from dbaops.engine.fixture import build_fixture
 from dbaops.engine.history import effective_history, load_history, record_history
-from dbaops.engine.metrics import METRIC_SCHEMA, MetricSampler, harness_sampler
+from dbaops.engine.metrics import MetricSampler, harness_sampler
 from dbaops.engine.serverlog import ServerLogFollower
 from dbaops.mailbox import Mailbox
 from dbaops.models.errors import InfraError
-from dbaops.records import (
+from dbaops.record.kinds import (
     CheckRecord,
     EventRecord,
     PhaseRecord,
     Record,
     RunEnd,
     RunHeader,
-    VerdictRecord,
 )
-from dbaops.rundir import ParquetParts, RunDir, TraceWriter
+from dbaops.record.layout import RunDir
+from dbaops.record.tables import METRIC_SCHEMA, SAMPLE_SCHEMA, ParquetParts
+from dbaops.record.trace import TraceWriter
 from dbaops.scenario.checks import CheckSpec, ReportCheck
 from dbaops.scenario.loader import load_scenario, preparation_key, timelines_dir
 from dbaops.scenario.model import (
@@ -72,7 +73,6 @@ from dbaops.tools.knowledge import describe_corpus
 from dbaops.tools.recording import ToolRecorder
 from dbaops.tools.sql import SqlSession
 from dbaops.workloads.drivers import result_hash, scenario_drivers
-from dbaops.workloads.samples import SAMPLE_SCHEMA
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import WorkloadLibrary
 
@@ -560,7 +560,7 @@ async def run_scenario(
     monitor.agent = agent
     monitor.scenario, monitor.run_dir, monitor.horizon_s = sc, rd.path, budget.time_s
     clock = ScenarioClock(options.time_scale)
-    parts = ParquetParts(rd.samples_dir, rd.path / "samples.parquet", SAMPLE_SCHEMA)
+    parts = ParquetParts(rd.samples_dir, rd.samples, SAMPLE_SCHEMA)
     sink = SampleSink(parts)
     monitor.sink = sink
     status, reason = "failed", None
@@ -929,7 +929,7 @@ def _model_agent(options: RunOptions, rd: RunDir, trace: RunTrace, turn_budget: 
         registry_path=options.models_file,
         turn_budget=turn_budget,
         record=trace.write,
-        blob_dir=rd.path / "model_messages",
+        blob_dir=rd.model_messages,
         client=client,
         retry=options.model_retry,
     )
@@ -944,7 +944,7 @@ def _describe(exc: BaseException) -> str:
 def _metric_sampler(
     rd: RunDir, endpoint: Endpoint, clock: ScenarioClock
 ) -> tuple[MetricSampler, ParquetParts]:
-    parts = ParquetParts(rd.metrics_dir, rd.path / "metrics.parquet", METRIC_SCHEMA)
+    parts = ParquetParts(rd.metrics_dir, rd.metrics, METRIC_SCHEMA)
     return harness_sampler(endpoint, clock, parts), parts
 
 
@@ -1019,7 +1019,6 @@ async def _finish(
         result = score_run(rd.path)
         write_verdict(rd.path, result)
         verdict = result.model_dump(mode="json")
-        trace.write(VerdictRecord(verdict=verdict))
     except Exception as exc:  # noqa: BLE001 - scoring must not hide the run's own outcome
         log.error("scoring failed", error=str(exc))
     trace.close()

@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field
 
 from dbaops.engine.runner import RunMonitor, RunOptions, run_scenario
 from dbaops.evaluation.difficulty import DifficultyLabel, label_difficulty
-from dbaops.records import EventRecord, Record, RunEnd, RunHeader
-from dbaops.rundir import read_trace
+from dbaops.record.kinds import EventRecord, Record, RunEnd, RunHeader
+from dbaops.record.trace import read_trace
 from dbaops.scenario.loader import ScenarioError, load_scenario
 from dbaops.scenario.model import Scenario
 

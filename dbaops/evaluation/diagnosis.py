@@ -68,10 +68,10 @@ from dbaops.evaluation.diagnosis_store import (
     load_judgments,
     select_final,
 )
-from dbaops.models.accounting import Usage
 from dbaops.models.client import ModelClient
 from dbaops.models.errors import InfraError, ModelCallError, ModelRequestError
 from dbaops.models.registry import ModelSpec, load_registry
+from dbaops.record.kinds import Usage
 
 __all__ = [
     "PROMPT_SHA256",

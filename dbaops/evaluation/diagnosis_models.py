@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dbaops.models.accounting import Usage
+from dbaops.record.kinds import Usage
 
 ConditionKind = Literal["required", "contradictory"]
 JudgeAnswer = Literal["yes", "no", "unknown"]

@@ -34,13 +34,12 @@ from pydantic import ValidationError
 from dbaops.evaluation.diagnosis_models import ConditionJudgment, ConditionKind
 from dbaops.models.client import sha256_json
 from dbaops.models.registry import ModelSpec
+from dbaops.record.layout import JUDGMENTS_FILE
 
 try:  # POSIX only; elsewhere O_APPEND alone orders the writes
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
-
-JUDGMENTS_FILE = "judgments.jsonl"
 
 
 def judgment_key(

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dbaops.records import Record, ToolCallRecord
+from dbaops.record.kinds import Record, ToolCallRecord
 
 D0 = 2
 C0 = 0.5

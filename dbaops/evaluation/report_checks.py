@@ -1,7 +1,7 @@
 """Report checks: predicates over the agent's structured report, judged at scoring time.
 
 A pure function of the recorded ``submit_report`` calls (see ``score._reports``); the result is
-a :class:`~dbaops.records.CheckRecord` that scoring aggregates with the harness's own terminal
+a :class:`~dbaops.record.kinds.CheckRecord` that scoring aggregates with the harness's own terminal
 checks, but which is never written to the trace.
 """
 
@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from dbaops.records import CheckRecord
+from dbaops.record.kinds import CheckRecord
 from dbaops.scenario.checks import ReportCheck, compare
 
 _MISSING = object()

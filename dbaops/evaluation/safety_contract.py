@@ -1,6 +1,6 @@
 """The scenario's safety contract and how a run's trace becomes the safety judge's input.
 
-Trace fields read (``dbaops.records``):
+Trace fields read (``dbaops.record.kinds``):
 
 * ``ToolCallRecord`` of ``execute_sql``: ``args.sql``, ``ok``, ``t_scn``, ``t_wall`` (written
   when the call returns) and ``wall_ms`` (the call window is ``[t_wall - wall_ms/1000,
@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pglast.stream import maybe_double_quote_name
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from dbaops.dbms.postgres.serverlog import log_line_stamp
 from dbaops.evaluation.safety import (
     BackendSnapshot,
     InstanceAction,
@@ -40,8 +41,7 @@ from dbaops.evaluation.safety_models import BOOTSTRAP_SUPERUSER
 from dbaops.evaluation.safety_ops import SettingChange, setting_changes
 from dbaops.evaluation.safety_sqlutil import clip
 from dbaops.evaluation.safety_trace import parse_trace
-from dbaops.records import ActorRecord, Record, ToolCallRecord
-from dbaops.rundir import log_line_stamp
+from dbaops.record.kinds import ActorRecord, Record, ToolCallRecord
 
 
 class SafetyContract(BaseModel):

@@ -23,7 +23,8 @@ from dbaops.evaluation.safety_contract import (
     scenario_changed_gucs,
     scenario_changed_role_gucs,
 )
-from dbaops.records import (
+from dbaops.record.cost import CostSummary, summarize_cost
+from dbaops.record.kinds import (
     ActorRecord,
     CheckRecord,
     PhaseRecord,
@@ -32,7 +33,8 @@ from dbaops.records import (
     RunHeader,
     ToolCallRecord,
 )
-from dbaops.rundir import RunDir, read_samples, read_trace
+from dbaops.record.layout import JUDGMENTS_FILE, RunDir
+from dbaops.record.load import RunData, load_run
 from dbaops.scenario.checks import CheckSpec, ReportCheck
 from dbaops.scenario.model import Scenario
 
@@ -98,24 +100,6 @@ class RunVerdict(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-class CostSummary(BaseModel):
-    """Model-token expenditure of the run (paper §5.3), from its model_call records.
-
-    ``cost_usd`` is None (N/A) when there were no model calls or any call had no price
-    (``unpriced_calls``): a partial sum is not the run's Token Cost. ``price_placeholder`` is
-    True when some priced call used placeholder (unchecked) registry prices.
-    """
-
-    calls: int = 0
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    cost_usd: float | None = None
-    unpriced_calls: int = 0
-    price_placeholder: bool = False
-
-
 _CRASH_MARKERS = ("terminated by signal", "PANIC:", "was terminated by", "server process (PID")
 
 
@@ -140,28 +124,6 @@ def server_crashed(records: list[Record], log_lines: list[str]) -> tuple[bool, s
         if any(m in line for m in _CRASH_MARKERS) and not any(p in line for p in injected):
             return True, f"server log: {line.strip()[:200]}"
     return False, None
-
-
-def _cost(records: list[Record]) -> CostSummary:
-    out = CostSummary()
-    total = 0.0
-    for r in records:
-        if getattr(r, "kind", None) != "model_call":
-            continue
-        data = r.model_dump()
-        usage = data.get("usage") or {}
-        out.calls += 1
-        out.input_tokens += int(usage.get("input_tokens") or 0)
-        out.cached_input_tokens += int(usage.get("cached_input_tokens") or 0)
-        out.output_tokens += int(usage.get("output_tokens") or 0)
-        out.reasoning_tokens += int(usage.get("reasoning_tokens") or 0)
-        if data.get("cost_usd") is None:
-            out.unpriced_calls += 1
-        else:
-            total += float(data["cost_usd"])
-            out.price_placeholder |= data.get("price_placeholder") is True
-    out.cost_usd = total if out.calls and not out.unpriced_calls else None
-    return out
 
 
 def _reports(records: list[Record]) -> list[dict[str, Any]]:
@@ -214,8 +176,9 @@ class TraceTampered(ValueError):
 
 
 def _run_end(records: list[Record], run_dir: Path) -> RunEnd | None:
-    """The run's one end record, written by the harness as its last act (only verdict
-    records may follow it). Anything else means the trace was not written by the harness."""
+    """The run's one end record, written by the harness as its last act (only the verdict
+    records older versions wrote may follow it). Anything else means the trace was not
+    written by the harness."""
     ends = [i for i, r in enumerate(records) if isinstance(r, RunEnd)]
     if not ends:
         return None
@@ -245,17 +208,6 @@ def _scored_horizon(sc: Scenario, header: RunHeader | None, records: list[Record
             return r.t_scn
     seen = [r.t_scn for r in records if r.t_scn is not None]
     return max(seen) if seen else 1e-6
-
-
-def load_run_scenario(run_dir: Path) -> Scenario:
-    """The scenario as it was run (validated on its own, older formats migrated; no library
-    needed)."""
-    from dbaops.scenario.loader import read_scenario
-
-    return read_scenario(RunDir(run_dir).scenario)[0]
-
-
-JUDGMENTS_FILE = "judgments.jsonl"
 
 
 def stored_judge(run_dir: Path) -> str | None:
@@ -301,8 +253,14 @@ def _diagnosis(
 
 def score_run(run_dir: Path) -> RunVerdict:
     """Compute every verdict of a run from its directory."""
-    sc = load_run_scenario(run_dir)
-    records = read_trace(run_dir)
+    return score_loaded_run(load_run(Path(run_dir)))
+
+
+def score_loaded_run(run: RunData) -> RunVerdict:
+    """Compute every verdict of a loaded run (a pure function of its record)."""
+    run_dir = run.path
+    sc = run.require_scenario()
+    records = run.records
     headers = [r for r in records if isinstance(r, RunHeader)]
     if len(headers) > 1:
         raise TraceTampered(f"{run_dir}: the trace has {len(headers)} run headers")
@@ -324,7 +282,7 @@ def score_run(run_dir: Path) -> RunVerdict:
         reached = max(seen) if seen else 0.0
         notes.append(f"run {status}: scored up to t={reached:.1f}s of {horizon:.0f}s")
         horizon = max(min(horizon, reached), 1e-6)
-    samples = read_samples(run_dir)
+    samples = run.samples()
     compliance = evaluate_service_compliance(samples, sc.evaluation.service_compliance, horizon)
     reports = _reports(records)
     terminal = _checks(
@@ -333,9 +291,8 @@ def score_run(run_dir: Path) -> RunVerdict:
         [c.name for c in sc.evaluation.terminal],
     )
     integrity = _checks(records, "integrity", [c.name for c in sc.evaluation.integrity])
-    log_path = RunDir(run_dir).server_log
-    log_lines = log_path.read_text(errors="replace").splitlines() if log_path.exists() else []
-    crashed, crash_reason = server_crashed(records, log_lines)
+    log_lines = run.server_log_lines()
+    crashed, crash_reason = server_crashed(records, log_lines or [])
     faults = [
         *sc.preparation.construction,
         *sc.preparation.activation,
@@ -344,7 +301,7 @@ def score_run(run_dir: Path) -> RunVerdict:
     safety = judge_run_safety(
         sc.evaluation.safety,
         records,
-        log_lines if log_path.exists() else None,
+        log_lines,
         restorable_gucs=scenario_changed_gucs(faults, sc.database.settings, role_level=False),
         restorable_role_gucs=scenario_changed_role_gucs(faults),
         superuser_roles=[r.name for r in sc.database.extend.roles if r.superuser],
@@ -385,7 +342,7 @@ def score_run(run_dir: Path) -> RunVerdict:
         server_crashed=crashed,
         reports=reports,
         diagnosis=_diagnosis(sc, reports, run_dir, crashed),
-        cost=_cost(records),
+        cost=summarize_cost(records),
         tool_calls=sum(isinstance(r, ToolCallRecord) for r in records),
         knowledge_base=_knowledge_base(header),
         notes=notes,

@@ -1,17 +1,7 @@
 """The model layer: a TOML registry of OpenAI-compatible endpoints, an async chat client with
 tools, retries and exact token accounting, and the paper's Token Cost (DBA-Bench §5.3)."""
 
-from dbaops.models.accounting import (
-    AttemptRecord,
-    CallError,
-    CallRecord,
-    CostMeter,
-    ModelTotals,
-    ResponsePayload,
-    ToolCall,
-    Usage,
-    cost_usd,
-)
+from dbaops.models.accounting import CostMeter, ModelTotals, cost_usd
 from dbaops.models.client import (
     Completion,
     ModelClient,
@@ -38,9 +28,6 @@ from dbaops.models.registry import (
 )
 
 __all__ = [
-    "AttemptRecord",
-    "CallError",
-    "CallRecord",
     "Completion",
     "CostMeter",
     "InfraError",
@@ -53,11 +40,8 @@ __all__ = [
     "ModelSpec",
     "ModelTotals",
     "Prices",
-    "ResponsePayload",
     "RetryPolicy",
-    "ToolCall",
     "UnknownModelError",
-    "Usage",
     "canonical_json",
     "cost_usd",
     "default_user_path",

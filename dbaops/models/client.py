@@ -30,20 +30,18 @@ import anyio
 import openai
 from pydantic import BaseModel, Field
 
-from dbaops.models.accounting import (
-    AttemptRecord,
-    CallError,
-    CallRecord,
-    CostMeter,
-    ResponsePayload,
-    ToolCall,
-    Usage,
-    cost_usd,
-    price_is_placeholder,
-)
+from dbaops.models.accounting import CostMeter, cost_usd, price_is_placeholder
 from dbaops.models.errors import InfraError, ModelRequestError
 from dbaops.models.registry import ModelSpec, load_registry
 from dbaops.models.text_tools import normalize_tools, parse_text_tool_calls, to_text_mode_messages
+from dbaops.record.kinds import (
+    AttemptRecord,
+    CallError,
+    CallRecord,
+    ResponsePayload,
+    ToolCall,
+    Usage,
+)
 
 NO_KEY_PLACEHOLDER = "EMPTY"  # sent as the bearer token to endpoints that need no key
 RETRYABLE_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dbaops.models.accounting import CallRecord
+    from dbaops.record.kinds import CallRecord
 
 
 class ModelError(Exception):

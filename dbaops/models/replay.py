@@ -27,30 +27,15 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from dbaops.models.accounting import CallRecord, CostMeter
+from dbaops.models.accounting import CostMeter
 from dbaops.models.client import Completion, ModelClient, canonical_json, sha256_json
 from dbaops.models.errors import InfraError, ModelError, ModelRequestError
 from dbaops.models.registry import ModelSpec
 from dbaops.models.text_tools import normalize_tools
-from dbaops.records import Record
-from dbaops.rundir import read_trace
-
-
-class ReplayDivergence(Record):
-    """A replayed request that differs from the recorded one at that position."""
-
-    kind: Literal["replay_divergence"] = "replay_divergence"
-    position: int  # 1-based number of the replayed call
-    recorded_seq: int  # seq of the recorded call whose response was served
-    skipped: int = 0  # recorded calls skipped to reach a matching one
-    expected_messages_sha256: str
-    actual_messages_sha256: str
-    expected_request_sha256: str | None = None
-    actual_request_sha256: str | None = None  # only when the original spec is known
-    first_differing_message: int | None = None  # index, when the recorded messages are stored
-    note: str
+from dbaops.record.kinds import CallRecord, Record, ReplayDivergence
+from dbaops.record.trace import read_trace
 
 
 class ReplayExhausted(ModelError):
@@ -69,10 +54,10 @@ def load_call_records(run_dir: str | os.PathLike[str]) -> list[CallRecord]:
     """The ``model_call`` records of a run directory, in trace order."""
     out: list[CallRecord] = []
     for rec in read_trace(Path(run_dir)):
-        if getattr(rec, "kind", None) == "model_call":
-            out.append(
-                rec if isinstance(rec, CallRecord) else CallRecord.model_validate(rec.model_dump())
-            )
+        if isinstance(rec, CallRecord):
+            out.append(rec)
+        elif getattr(rec, "kind", None) == "model_call":
+            out.append(CallRecord.model_validate(rec.model_dump()))
     return out
 
 
@@ -290,7 +275,6 @@ class ReplayModelClient:
 
 
 __all__ = [
-    "ReplayDivergence",
     "ReplayDivergenceError",
     "ReplayExhausted",
     "ReplayModelClient",

@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dbaops.models.accounting import ToolCall
+from dbaops.record.kinds import ToolCall
 
 _BLOCK_RE = re.compile(
     r"<tool_call>\s*(?P<tag>.*?)\s*(?:</tool_call>|\Z)"

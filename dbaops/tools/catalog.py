@@ -17,7 +17,8 @@ from dbaops.backends.endpoint import Endpoint
 from dbaops.clock import ScenarioClock
 from dbaops.engine.actors import InstanceController
 from dbaops.mailbox import Mailbox
-from dbaops.rundir import RunDir, read_metrics, read_samples
+from dbaops.record.layout import RunDir
+from dbaops.record.tables import read_metrics, read_samples
 from dbaops.tools.base import Tool, ToolResult
 from dbaops.tools.instance import instance_tool
 from dbaops.tools.knowledge import knowledge_tool

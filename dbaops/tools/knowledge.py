@@ -48,7 +48,7 @@ from typing import Any, ClassVar, Literal
 import anyio.to_thread
 from pydantic import BaseModel, Field
 
-from dbaops.records import KnowledgeCorpus
+from dbaops.record.kinds import KnowledgeCorpus
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 from dbaops.tools.knowledge_bm25 import Bm25Index
 from dbaops.tools.knowledge_html import TITLE_SEPARATOR, DocSection, parse_page

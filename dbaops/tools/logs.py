@@ -9,7 +9,8 @@ from typing import Any
 import polars as pl
 
 from dbaops.clock import ScenarioClock
-from dbaops.rundir import log_line_stamp, read_samples
+from dbaops.dbms.postgres.serverlog import log_line_stamp
+from dbaops.record.tables import read_samples
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 
 from dbaops.clock import ScenarioClock
-from dbaops.records import Record, ToolCallRecord
+from dbaops.record.kinds import Record, ToolCallRecord
 from dbaops.tools.base import Tool, ToolResult
 
 MAX_OBSERVATION_CHARS = 64_000

@@ -7,6 +7,8 @@ from enum import StrEnum
 import polars as pl
 from pydantic import BaseModel
 
+from dbaops.record.tables import SAMPLE_SCHEMA
+
 
 class Outcome(StrEnum):
     """How a unit of work ended relative to its deadline."""
@@ -36,22 +38,6 @@ class SLOSample(BaseModel):
     sqlstate: str | None = None
     error: str | None = None
     correct: bool | None = None  # OLAP result check; None where not applicable
-
-
-SAMPLE_SCHEMA: dict[str, pl.DataType] = {
-    "workload": pl.String(),
-    "kind": pl.String(),
-    "unit": pl.String(),
-    "scheduled_s": pl.Float64(),
-    "start_s": pl.Float64(),
-    "end_s": pl.Float64(),
-    "latency_ms": pl.Float64(),
-    "retries": pl.Int32(),
-    "outcome": pl.String(),
-    "sqlstate": pl.String(),
-    "error": pl.String(),
-    "correct": pl.Boolean(),
-}
 
 
 def samples_frame(samples: list[SLOSample]) -> pl.DataFrame:

@@ -8,9 +8,9 @@ from collections import deque
 import anyio
 import polars as pl
 
-from dbaops.rundir import ParquetParts, read_parts
+from dbaops.record.tables import SAMPLE_SCHEMA, ParquetParts, read_parts
 from dbaops.workloads.ledger import DriverLedger
-from dbaops.workloads.samples import SAMPLE_SCHEMA, Outcome
+from dbaops.workloads.samples import Outcome
 
 _COLUMNS = list(SAMPLE_SCHEMA)
 

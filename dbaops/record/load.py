@@ -1,4 +1,5 @@
-"""Reading what the analysis needs from a run directory (never from a database or a model).
+"""``load_run``: the typed view of one run directory that scoring, replay, plots and reports
+read (never a database or a model).
 
 Everything here is defensive: run directories from older engine versions lack fields the
 newer verdicts carry (``safety``, ``safe_pass``, ``diagnosis``, ``cost``), killed runs lack
@@ -12,21 +13,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dbaops.records import (
+import polars as pl
+
+from dbaops.record.cost import CostSummary, call_record, summarize_cost
+from dbaops.record.kinds import (
     ActorRecord,
+    CallRecord,
     EventRecord,
     Record,
     RunEnd,
     RunHeader,
     ToolCallRecord,
 )
-from dbaops.rundir import RunDir, read_trace
+from dbaops.record.layout import RunDir
+from dbaops.record.tables import read_metrics, read_samples
+from dbaops.record.trace import read_trace
 from dbaops.scenario.model import Scenario
 
 __all__ = [
     "RunData",
-    "discover_runs",
     "load_run",
+    "load_run_scenario",
     "run_cost",
     "run_is_replay",
     "run_model",
@@ -37,7 +44,8 @@ __all__ = [
 
 @dataclass
 class RunData:
-    """The parsed, small parts of one run directory (samples and metrics are read lazily)."""
+    """The parsed, small parts of one run directory (samples, metrics and the server log are
+    read on demand)."""
 
     path: Path
     records: list[Record]
@@ -49,11 +57,34 @@ class RunData:
     events: list[EventRecord] = field(default_factory=list)
     actors: list[ActorRecord] = field(default_factory=list)
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
-    model_calls: list[Record] = field(default_factory=list)
+    model_calls: list[CallRecord] = field(default_factory=list)
+
+    @property
+    def layout(self) -> RunDir:
+        return RunDir(self.path)
 
     @property
     def status(self) -> str:
         return self.end.status if self.end else "incomplete"
+
+    def samples(self) -> pl.DataFrame:
+        """The run's SLO samples (also of an unfinished run)."""
+        return read_samples(self.path)
+
+    def metrics(self) -> pl.DataFrame:
+        """The run's metric samples (also of an unfinished run)."""
+        return read_metrics(self.path)
+
+    def server_log_lines(self) -> list[str] | None:
+        """The server log lines written during the run (None: the run recorded no log)."""
+        path = self.layout.server_log
+        return path.read_text(errors="replace").splitlines() if path.exists() else None
+
+    def require_scenario(self) -> Scenario:
+        """The scenario as run; raises what made it unreadable."""
+        if self.scenario is None:
+            return load_run_scenario(self.path)
+        return self.scenario
 
     @property
     def scheduled_horizon_s(self) -> float | None:
@@ -83,11 +114,12 @@ class RunData:
         return max(seen) if seen else None
 
 
-def discover_runs(runs_dir: Path) -> list[Path]:
-    """Every directory below ``runs_dir`` (itself included) holding a ``trace.jsonl``."""
-    runs_dir = Path(runs_dir)
-    found = {p.parent for p in runs_dir.rglob("trace.jsonl") if p.is_file()}
-    return sorted(found)
+def load_run_scenario(run_dir: Path) -> Scenario:
+    """The scenario as it was run (validated on its own, older formats migrated; no library
+    needed)."""
+    from dbaops.scenario.loader import read_scenario
+
+    return read_scenario(RunDir(Path(run_dir)).scenario)[0]
 
 
 def _read_verdict(path: Path) -> dict[str, Any] | None:
@@ -107,8 +139,6 @@ def load_run(run_dir: Path, *, rescore_missing: bool = False) -> RunData:
     With ``rescore_missing`` a run without ``verdict.json`` (a killed run) is scored in memory
     with :func:`dbaops.evaluation.score.score_run` (nothing is written).
     """
-    from dbaops.evaluation.score import load_run_scenario
-
     path = Path(run_dir)
     records = read_trace(path)
     data = RunData(path=path, records=records)
@@ -117,13 +147,6 @@ def load_run(run_dir: Path, *, rescore_missing: bool = False) -> RunData:
     except Exception as exc:  # reported, not raised: one bad run must not stop a report
         data.scenario_error = f"{type(exc).__name__}: {exc}"
     data.verdict = _read_verdict(path)
-    if data.verdict is None and rescore_missing and data.scenario is not None:
-        from dbaops.evaluation.score import score_run
-
-        try:
-            data.verdict = score_run(path).model_dump(mode="json")
-        except Exception:  # an unscorable run is listed as such by the report
-            data.verdict = None
     for r in records:
         if isinstance(r, RunHeader) and data.header is None:
             data.header = r
@@ -135,8 +158,15 @@ def load_run(run_dir: Path, *, rescore_missing: bool = False) -> RunData:
             data.actors.append(r)
         elif isinstance(r, ToolCallRecord):
             data.tool_calls.append(r)
-        elif getattr(r, "kind", None) == "model_call":
-            data.model_calls.append(r)
+        elif (call := call_record(r)) is not None:
+            data.model_calls.append(call)
+    if data.verdict is None and rescore_missing and data.scenario is not None:
+        from dbaops.evaluation.score import score_loaded_run
+
+        try:
+            data.verdict = score_loaded_run(data).model_dump(mode="json")
+        except Exception:  # an unscorable run is listed as such by the report
+            data.verdict = None
     return data
 
 
@@ -154,9 +184,8 @@ def run_model(data: RunData) -> str | None:
     if isinstance(v, str) and v:
         return v
     names: dict[str, int] = {}
-    for r in data.model_calls:
-        extra = r.model_extra or {}
-        name = extra.get("model_name") or extra.get("model")
+    for call in data.model_calls:
+        name = call.model_name or getattr(call, "model", None)
         if isinstance(name, str) and name:
             names[name] = names.get(name, 0) + 1
     if names:
@@ -164,70 +193,28 @@ def run_model(data: RunData) -> str | None:
     return None
 
 
-def _as_int(v: Any) -> int:
-    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0
+def run_cost(data: RunData) -> CostSummary:
+    """Token usage and cost: the verdict's ``cost`` when it has one, else summed model calls.
 
-
-def _calls_cost(data: RunData) -> dict[str, Any]:
-    """Usage and cost summed over the run's model_call records (as score.py does)."""
-    n_in = n_cache = n_out = unpriced = 0
-    total = 0.0
-    placeholder = False
-    for r in data.model_calls:
-        extra = r.model_extra or {}
-        usage = extra.get("usage") or {}
-        n_in += _as_int(usage.get("input_tokens"))
-        n_cache += _as_int(usage.get("cached_input_tokens"))
-        n_out += _as_int(usage.get("output_tokens"))
-        c = extra.get("cost_usd")
-        if isinstance(c, int | float) and not isinstance(c, bool):
-            total += float(c)
-            placeholder |= extra.get("price_placeholder") is True
-        else:
-            unpriced += 1
-    n = len(data.model_calls)
-    return {
-        "input_tokens": n_in,
-        "cached_input_tokens": n_cache,
-        "output_tokens": n_out,
-        "cost_usd": total if n and not unpriced else None,
-        "n_model_calls": n,
-        "unpriced_calls": unpriced,
-        "price_placeholder": placeholder,
-    }
-
-
-def run_cost(data: RunData) -> dict[str, Any]:
-    """Token usage and cost: the verdict's ``cost`` if present, else summed model calls.
-
-    ``cost_usd`` is None (N/A) when there were no model calls or any call had no price
-    (``unpriced_calls``); ``price_placeholder`` is True when the cost was computed from
-    placeholder (unchecked) prices. Verdicts written before those two fields existed take
-    them from the model_call records.
+    Verdicts written before ``unpriced_calls`` / ``price_placeholder`` existed take them from
+    the model_call records.
     """
-    calls = _calls_cost(data)
+    calls = summarize_cost(data.model_calls)
     cost = (data.verdict or {}).get("cost")
     if not isinstance(cost, dict):
         return calls
-    c = cost.get("cost_usd")
-    unpriced = cost.get("unpriced_calls")
-    n_unpriced = _as_int(unpriced) if "unpriced_calls" in cost else calls["unpriced_calls"]
-    placeholder = cost.get("price_placeholder")
-    return {
-        "input_tokens": _as_int(cost.get("input_tokens")),
-        "cached_input_tokens": _as_int(cost.get("cached_input_tokens")),
-        "output_tokens": _as_int(cost.get("output_tokens")),
-        "cost_usd": (
-            float(c)
-            if isinstance(c, int | float) and not isinstance(c, bool) and not n_unpriced
-            else None
-        ),
-        "n_model_calls": _as_int(cost.get("calls", len(data.model_calls))),
-        "unpriced_calls": n_unpriced,
-        "price_placeholder": (
-            placeholder if isinstance(placeholder, bool) else calls["price_placeholder"]
-        ),
-    }
+    known = {k: v for k, v in cost.items() if k in CostSummary.model_fields}
+    known.setdefault("calls", calls.calls)
+    known.setdefault("unpriced_calls", calls.unpriced_calls)
+    known.setdefault("price_placeholder", calls.price_placeholder)
+    known.setdefault("placeholder_priced_calls", calls.placeholder_priced_calls)
+    try:
+        out = CostSummary.model_validate(known)
+    except ValueError:
+        return calls
+    if out.unpriced_calls:
+        out.cost_usd = None
+    return out
 
 
 def run_time_scale(data: RunData) -> float | None:
