@@ -37,9 +37,9 @@ from typing import Any
 import anyio
 import polars as pl
 
-from dbaops.backends.endpoint import Endpoint
-from dbaops.backends.postgres.cluster import PostgresCluster
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.postgres.cluster import PostgresCluster
+from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.scenario.model import OltpWorkload
 from dbaops.workloads.drivers import OltpDriver
 from dbaops.workloads.sink import SampleSink

@@ -17,7 +17,7 @@ _HOME.mkdir(mode=0o755, parents=True, exist_ok=True)
 os.chmod(_HOME, 0o755)
 os.environ["DBAOPS_HOME"] = str(_HOME)
 
-from dbaops.backends.postgres.cluster import PostgresCluster  # noqa: E402
+from dbaops.dbms.postgres.cluster import PostgresCluster  # noqa: E402
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 

@@ -18,16 +18,16 @@ import pytest
 import yaml
 from pydantic import TypeAdapter
 
-from dbaops.backends.endpoint import Endpoint
-from dbaops.backends.postgres.cluster import PostgresCluster
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.postgres.cluster import PostgresCluster
+from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.sampler import MetricSampler
 from dbaops.engine.checks import (
     CheckSources,
     evaluate_check,
     metric_window_stat,
     server_log_matches,
 )
-from dbaops.engine.metrics import MetricSampler
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.engine.serverlog import ServerLogFollower
 from dbaops.evaluation.report_checks import judge_report_check

@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.postgres.sampler import MetricSampler
 from dbaops.engine.history import effective_history
-from dbaops.engine.metrics import MetricSampler
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.record.kinds import PhaseRecord
 from dbaops.record.tables import METRIC_SCHEMA, read_metrics, read_samples

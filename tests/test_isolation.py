@@ -9,10 +9,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from dbaops.backends.endpoint import Endpoint
-from dbaops.backends.postgres.cluster import SERVER_ENVIRONMENT, PostgresCluster
-from dbaops.backends.postgres.osuser import SERVICE_USER, running_as_root
-from dbaops.engine.agent_role import forbidden_memberships
+from dbaops.dbms.postgres.agent_role import forbidden_memberships
+from dbaops.dbms.postgres.cluster import SERVER_ENVIRONMENT, PostgresCluster
+from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.osuser import SERVICE_USER, running_as_root
 from dbaops.engine.fixture import build_fixture
 from dbaops.evaluation.safety_contract import actions_from_trace
 from dbaops.record.kinds import ToolCallRecord

@@ -11,9 +11,9 @@ import asyncpg
 import polars as pl
 import pytest
 
-from dbaops.backends.postgres.cluster import PostgresCluster
 from dbaops.clock import ScenarioClock
-from dbaops.engine.metrics import (
+from dbaops.dbms.postgres.cluster import PostgresCluster
+from dbaops.dbms.postgres.sampler import (
     REGISTRY,
     MetricSampler,
     UnknownMetricError,

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from dbaops.agents.base import AgentSession
-from dbaops.backends.postgres.cluster import PostgresCluster
+from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
 from dbaops.record.kinds import PhaseRecord, RunHeader, ToolCallRecord

@@ -12,10 +12,10 @@ import asyncpg
 import polars as pl
 import pytest
 
-from dbaops.backends.endpoint import Endpoint
-from dbaops.backends.postgres.cluster import ClusterError, PostgresCluster
-from dbaops.backends.postgres.volumes import volume_support_problem
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.postgres.cluster import ClusterError, PostgresCluster
+from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.volumes import volume_support_problem
 from dbaops.engine.actors import ActorContext, FaultError, run_fault
 from dbaops.evaluation.score import server_crashed
 from dbaops.record.kinds import ActorRecord, Record

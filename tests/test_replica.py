@@ -10,7 +10,7 @@ import asyncpg
 import polars as pl
 import pytest
 
-from dbaops.backends.postgres.cluster import PostgresCluster
+from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.record.kinds import ToolCallRecord
 from dbaops.record.tables import read_samples

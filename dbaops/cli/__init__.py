@@ -655,7 +655,7 @@ def clean(
     """Stop and delete embedded clusters and their dirty snapshots (rebuilt on the next run)."""
     import shutil
 
-    from dbaops.backends.postgres.cluster import cluster_dir_name, dbaops_home
+    from dbaops.dbms.postgres.cluster import cluster_dir_name, dbaops_home
 
     home = dbaops_home()
     root = home / "clusters"

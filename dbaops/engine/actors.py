@@ -16,13 +16,13 @@ import structlog
 from anyio import TASK_STATUS_IGNORED
 from anyio.abc import TaskStatus
 
-from dbaops.backends.endpoint import (
+from dbaops.clock import ScenarioClock
+from dbaops.dbms.postgres.endpoint import (
     CONNECTION_ERRORS,
     HARNESS_APPLICATION,
     Endpoint,
     quote_ident,
 )
-from dbaops.clock import ScenarioClock
 from dbaops.record.kinds import ActorRecord, Record
 from dbaops.scenario.faults import (
     EditConfig,

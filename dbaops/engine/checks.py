@@ -21,8 +21,8 @@ from typing import Any
 import asyncpg
 import polars as pl
 
-from dbaops.backends.endpoint import HARNESS_APPLICATION, Endpoint
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.postgres.endpoint import HARNESS_APPLICATION, Endpoint
 from dbaops.dbms.postgres.serverlog import log_line_stamp
 from dbaops.engine.metrics_registry import metric_kind
 from dbaops.record.kinds import CheckRecord

@@ -6,8 +6,8 @@ import time
 
 import asyncpg
 
-from dbaops.backends.endpoint import Endpoint, quote_ident
-from dbaops.engine.agent_role import grant_cloud_dba
+from dbaops.dbms.postgres.agent_role import grant_cloud_dba
+from dbaops.dbms.postgres.endpoint import Endpoint, quote_ident
 from dbaops.workloads.spec import RoleSpec, WorkloadLibrary
 
 

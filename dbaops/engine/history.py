@@ -21,9 +21,9 @@ from typing import Any
 import anyio
 import polars as pl
 
-from dbaops.backends.endpoint import Endpoint
 from dbaops.clock import ScenarioClock
-from dbaops.engine.metrics import harness_sampler
+from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.sampler import harness_sampler
 from dbaops.record.layout import METRICS_FILE, METRICS_PARTS, SAMPLES_FILE, SAMPLES_PARTS
 from dbaops.record.tables import METRIC_SCHEMA, SAMPLE_SCHEMA, ParquetParts, read_parts
 from dbaops.scenario.model import History, Scenario

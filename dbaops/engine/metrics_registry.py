@@ -1,4 +1,5 @@
-"""Names, kinds and units of the metrics the sampler records (see :mod:`dbaops.engine.metrics`).
+"""Names, kinds and units of the metrics the sampler records (see
+:mod:`dbaops.dbms.postgres.sampler`).
 
 Three kinds:
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import platform
 import secrets
 import shutil
 import time
@@ -25,22 +24,23 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 import asyncpg
+import polars as pl
 import structlog
 from pydantic import BaseModel, Field
 
-import dbaops
 from dbaops.agents.base import Agent, AgentSession, Budget, is_oracle, load_agent
 from dbaops.agents.reference import oracle_agent
-from dbaops.backends.endpoint import CONNECTION_ERRORS, Endpoint
-from dbaops.backends.postgres.cluster import ClusterError
-from dbaops.backends.postgres.osuser import running_as_root
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.interface import MetricSource, Observations, ServerRequest
+from dbaops.dbms.postgres.cluster import ClusterError
+from dbaops.dbms.postgres.endpoint import CONNECTION_ERRORS, Endpoint
+from dbaops.dbms.postgres.osuser import running_as_root
+from dbaops.dbms.postgres.server import PostgresBackend, postgres_server
+from dbaops.dbms.registry import get_engine
 from dbaops.engine.actors import ActorContext, FaultError, StandbyAccess, run_fault
-from dbaops.engine.backend import PostgresBackend, embedded_backend, external_backend
 from dbaops.engine.checks import CheckSources, evaluate_check, ledger_baselines
 from dbaops.engine.fixture import build_fixture
 from dbaops.engine.history import effective_history, load_history, record_history
-from dbaops.engine.metrics import MetricSampler, harness_sampler
 from dbaops.engine.serverlog import ServerLogFollower
 from dbaops.mailbox import Mailbox
 from dbaops.models.errors import InfraError
@@ -64,14 +64,7 @@ from dbaops.scenario.model import (
     ReplicaSpec,
     Scenario,
 )
-from dbaops.tools.catalog import (
-    PostgresToolEnvironment,
-    StandbyToolEnvironment,
-    build_tool_catalog,
-)
-from dbaops.tools.knowledge import describe_corpus
 from dbaops.tools.recording import ToolRecorder
-from dbaops.tools.sql import SqlSession
 from dbaops.workloads.drivers import result_hash, scenario_drivers
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import WorkloadLibrary
@@ -438,30 +431,6 @@ async def _event_program(
             await dispatch(ev, alert_raised)
 
 
-def _agent_sql_session(sc: Scenario, endpoint: Endpoint) -> SqlSession:
-    """The agent's own SQL session on one server, with the scenario's limits."""
-    return SqlSession(
-        endpoint,
-        role=sc.agent.role,
-        timeout_s=sc.agent.sql_timeout_s,
-        max_rows=sc.agent.max_rows,
-        monitor=endpoint,
-    )
-
-
-def _versions(server_version: str) -> dict[str, str]:
-    import asyncpg
-    import polars
-
-    return {
-        "dbaops": dbaops.__version__,
-        "python": platform.python_version(),
-        "asyncpg": asyncpg.__version__,
-        "polars": polars.__version__,
-        "postgres": server_version,
-    }
-
-
 def new_run_dir(runs_dir: Path, scenario_id: str, agent: str) -> RunDir:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     safe_agent = "".join(c if c.isalnum() or c in "-_" else "_" for c in agent)
@@ -532,6 +501,7 @@ async def run_scenario(
     (``options.model`` or ``options.agent``).
     """
     sc, lib, path = load_scenario(ref)
+    engine = get_engine(sc.engine)
     monitor = monitor or RunMonitor()
     budget = Budget(
         turns=options.turn_budget or sc.turn_budget,
@@ -571,11 +541,10 @@ async def run_scenario(
     t_start = time.monotonic()
     try:
         monitor.phase = "starting server"
-        backend = (
-            await external_backend(options.dsn)
-            if options.dsn
-            else await embedded_backend(options.cluster or sc.id, options.pg_bindir)
+        request = ServerRequest(
+            name=options.cluster or sc.id, dsn=options.dsn, bindir=options.pg_bindir
         )
+        backend = postgres_server(await engine.open_server(request))
         _refuse_elevated(sc, backend)
         if backend.cluster is not None:
             _protect_from_server([backend.cluster.snapshot_root])
@@ -587,13 +556,12 @@ async def run_scenario(
         if sc.database.replica is not None:
             await await_standby(backend, sc.database.replica)
             standby_endpoint = backend.standby_for(lib.database)
-        if backend.cluster is not None:
-            follower = ServerLogFollower(backend.cluster.log_path, rd.server_log)
+        log_files = backend.log_files()
+        if "primary" in log_files:
+            follower = ServerLogFollower(log_files["primary"], rd.server_log)
             followers.append(follower)
-            if standby_endpoint is not None and backend.cluster.standby is not None:
-                followers.append(
-                    ServerLogFollower(backend.cluster.standby.log_path, rd.standby_log)
-                )
+        if standby_endpoint is not None and "standby" in log_files:
+            followers.append(ServerLogFollower(log_files["standby"], rd.standby_log, "standby"))
         trace.write(
             RunHeader(
                 run_id=rd.path.name,
@@ -607,7 +575,7 @@ async def run_scenario(
                 budget={"turns": budget.turns, "time_s": budget.time_s},
                 seed=seed,
                 backend=backend.describe(),
-                versions=_versions(meta["server_version"]),
+                versions=engine.versions(meta["server_version"]),
                 settings={
                     "warmup_s": sc.preparation.warmup_s,
                     "snapshot": meta["key"],
@@ -616,13 +584,14 @@ async def run_scenario(
                     "history": meta.get("history"),
                     "time_scale_applies_to": SCALED_DURATIONS,
                 },
-                knowledge_base=await anyio.to_thread.run_sync(describe_corpus),
+                knowledge_base=await anyio.to_thread.run_sync(engine.knowledge_corpus),
             )
         )
         mailbox = Mailbox.create(rd.mailbox, now=clock.now)
-        sampler: MetricSampler | None = None
+        sampler: MetricSource | None = None
         if options.metrics:
-            sampler, metric_parts = _metric_sampler(rd, endpoint, clock)
+            metric_parts = ParquetParts(rd.metrics_dir, rd.metrics, METRIC_SCHEMA)
+            sampler = engine.metric_sampler(backend, lib.database, clock, metric_parts)
         if meta.get("history") and backend.cluster is not None:
             past_metrics, past_samples = load_history(
                 backend.cluster.snapshot_root / meta["key"] / "history",
@@ -638,7 +607,6 @@ async def run_scenario(
             refresh_server_log=follower.copy_new if follower else None,
             standby=standby_endpoint,
         )
-        sql_session = _agent_sql_session(sc, endpoint)
         ended = anyio.Event()
         recorder = ToolRecorder(
             trace.write,
@@ -647,26 +615,15 @@ async def run_scenario(
             on_report=(lambda: ended.set()) if sc.mode == "bounded" else None,
         )
         standby_cluster = backend.cluster.standby if backend.cluster else None
-        standby_tools: StandbyToolEnvironment | None = None
-        if standby_endpoint is not None:
-            standby_tools = StandbyToolEnvironment(
-                endpoint=standby_endpoint,
-                instance=standby_cluster,
-                sql=_agent_sql_session(sc, standby_endpoint),
-            )
-        tools = build_tool_catalog(
-            PostgresToolEnvironment(
-                endpoint=endpoint,
-                clock=clock,
-                run_dir=rd,
-                instance=backend.cluster,
-                mailbox=mailbox,
-                sql=sql_session,
-                metrics_frame=sampler.snapshot if sampler else None,
-                standby=standby_tools,
-            ),
-            recorder,
+        observations = Observations(
+            metrics=sampler.snapshot if sampler else (lambda: pl.DataFrame(schema=METRIC_SCHEMA)),
+            samples=sink.frame,
+            server_logs={f.role: f.server_lines for f in followers},
         )
+        agent_tools = engine.agent_tools(
+            backend, sc, lib.database, clock, mailbox, observations, recorder
+        )
+        tools = agent_tools.catalog
         ctx = ActorContext(
             endpoint=endpoint,
             clock=clock,
@@ -721,7 +678,7 @@ async def run_scenario(
                 if sc.mode == "bounded":
                     ended.set()  # a bounded agent that returns is done
 
-        await sql_session.open()
+        await agent_tools.open()
         not_manifested: str | None = None
         clock.restart(-sc.preparation.warmup_s)
         monitor.clock = clock
@@ -823,7 +780,7 @@ async def run_scenario(
             monitor.phase = "terminal checks"
             await _terminal_checks(sc, endpoint, clock, sink, sources, trace)
             tg.cancel_scope.cancel()
-        await sql_session.close()
+        await agent_tools.close()
         if not_manifested:
             raise NotManifested(not_manifested)
         if infra_error:
@@ -941,13 +898,6 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:1000]
 
 
-def _metric_sampler(
-    rd: RunDir, endpoint: Endpoint, clock: ScenarioClock
-) -> tuple[MetricSampler, ParquetParts]:
-    parts = ParquetParts(rd.metrics_dir, rd.metrics, METRIC_SCHEMA)
-    return harness_sampler(endpoint, clock, parts), parts
-
-
 async def _integrity_probes(
     sc: Scenario,
     endpoint: Endpoint,
@@ -1022,14 +972,9 @@ async def _finish(
     except Exception as exc:  # noqa: BLE001 - scoring must not hide the run's own outcome
         log.error("scoring failed", error=str(exc))
     trace.close()
-    if backend is not None and backend.cluster is not None:
+    if backend is not None:
         try:
-            if backend.cluster.standby is not None:
-                await backend.cluster.standby.stop()
-            await backend.cluster.stop()
-            await backend.cluster.unmount_volumes()
+            await backend.close()
         except Exception as exc:  # noqa: BLE001
             log.warning("could not stop the embedded server", error=str(exc))
-        finally:
-            backend.cluster.release()
     return verdict

@@ -1,4 +1,5 @@
-"""Copies the server log lines written during a run into the run directory as they appear."""
+"""The server log lines written during a run: copied into the run directory as they appear,
+and read from the server's own log file for the agent's ``read_log``."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import anyio
 class ServerLogFollower:
     """Tails the server's log file from the run's start offset into ``postgresql.log``."""
 
-    def __init__(self, source: Path, target: Path) -> None:
+    def __init__(self, source: Path, target: Path, role: str = "primary") -> None:
         self.source = source
         self.target = target
+        self.role = role  # which server of the run (primary, standby)
         self._offset = source.stat().st_size if source.exists() else 0
+        self._start = self._offset
 
     def copy_new(self) -> int:
         """Append whatever the server wrote since the last call; returns bytes copied."""
@@ -21,7 +24,7 @@ class ServerLogFollower:
             return 0
         size = self.source.stat().st_size
         if size < self._offset:  # file replaced (snapshot restore): start over
-            self._offset = 0
+            self._offset = self._start = 0
         if size == self._offset:
             return 0
         with self.source.open("rb") as src, self.target.open("ab") as dst:
@@ -31,6 +34,16 @@ class ServerLogFollower:
             dst.flush()
         self._offset += len(data)
         return len(data)
+
+    def server_lines(self) -> list[str]:
+        """The lines the server has written to its log since the run started."""
+        if not self.source.exists():
+            return []
+        with self.source.open("rb") as src:
+            size = src.seek(0, 2)
+            src.seek(self._start if size >= self._start else 0)
+            data = src.read()
+        return data.decode(errors="replace").splitlines()
 
     async def run(self, every_s: float = 0.5) -> None:
         try:

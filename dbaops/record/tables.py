@@ -29,7 +29,7 @@ SAMPLE_SCHEMA: dict[str, pl.DataType] = {
     "correct": pl.Boolean(),
 }
 
-#: Long-format metric samples (see :mod:`dbaops.engine.metrics`).
+#: Long-format metric samples (see :mod:`dbaops.dbms.postgres.sampler`).
 METRIC_SCHEMA: dict[str, pl.DataType] = {
     "t_s": pl.Float64(),
     "metric": pl.String(),

@@ -284,7 +284,7 @@ _COUNTING_STATS = ("increase", "rate_per_s", "rate_per_min")
 
 
 class MetricCheck(_Relative):
-    """A statistic of a sampled metric (the run's metric samples, ``dbaops.engine.metrics``)
+    """A statistic of a sampled metric (the run's metric samples, ``dbaops.dbms.postgres.sampler``)
     over the trailing ``over_s``, compared with ``value``.
 
     ``metric``: a registered metric name (``db.temp_bytes``); ``label``: one series

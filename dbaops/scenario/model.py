@@ -358,6 +358,9 @@ class Scenario(StrictModel):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     title: str
     mode: Literal["bounded", "persistent"]
+    engine: Literal["postgres"] = Field(
+        default="postgres", description="the database engine the scenario runs on (dbaops.dbms)"
+    )
     domain: str = ""
     difficulty: Literal["easy", "hard"] | None = None
     description: str = ""

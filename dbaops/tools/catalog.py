@@ -11,14 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import polars as pl
-
-from dbaops.backends.endpoint import Endpoint
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.interface import Observations
+from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.engine.actors import InstanceController
 from dbaops.mailbox import Mailbox
-from dbaops.record.layout import RunDir
-from dbaops.record.tables import read_metrics, read_samples
 from dbaops.tools.base import Tool, ToolResult
 from dbaops.tools.instance import instance_tool
 from dbaops.tools.knowledge import knowledge_tool
@@ -89,32 +86,29 @@ class PostgresToolEnvironment:
 
     endpoint: Endpoint
     clock: ScenarioClock
-    run_dir: RunDir
+    observations: Observations
+    log_line_stamp: Callable[[str], tuple[float, int] | None]
     instance: InstanceController | None
     mailbox: Mailbox
     sql: SqlSession
-    metrics_frame: Callable[[], pl.DataFrame] | None = None
     standby: StandbyToolEnvironment | None = None
 
 
 def build_tool_catalog(env: PostgresToolEnvironment, recorder: ToolRecorder) -> dict[str, Tool]:
     """All tools, each wrapped so that its calls are recorded in the trace."""
-    rd = env.run_dir
+    obs = env.observations
     sql = sql_tool(env.sql)
     instance = instance_tool(env.endpoint, env.instance, env.sql.role)
-    log = log_tool(rd.path, rd.server_log, env.clock)
+    log = log_tool(_log_of(obs, "primary"), env.log_line_stamp, obs.samples, env.clock)
     if env.standby is not None:
         sb = env.standby
         sql = on_either_server(sql, sql_tool(sb.sql))
         instance = on_either_server(instance, instance_tool(sb.endpoint, sb.instance, sb.sql.role))
-        log = on_either_server(log, log_tool(rd.path, rd.standby_log, env.clock))
+        standby_log = log_tool(_log_of(obs, "standby"), env.log_line_stamp, obs.samples, env.clock)
+        log = on_either_server(log, standby_log)
     tools: list[Tool] = [
         sql,
-        metrics_tool(
-            env.metrics_frame or (lambda: read_metrics(rd.path)),
-            lambda: read_samples(rd.path),
-            env.clock,
-        ),
+        metrics_tool(obs.metrics, obs.samples, env.clock),
         instance,
         log,
         knowledge_tool(),
@@ -124,3 +118,8 @@ def build_tool_catalog(env: PostgresToolEnvironment, recorder: ToolRecorder) -> 
     if set(catalog) != set(AGENT_TOOLS):
         raise RuntimeError(f"the tool catalog {sorted(catalog)} differs from AGENT_TOOLS")
     return catalog
+
+
+def _log_of(obs: Observations, server: str) -> Callable[[], list[str]]:
+    """The lines of one server's log (none when the engine cannot reach it)."""
+    return obs.server_logs.get(server, list)

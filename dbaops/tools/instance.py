@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbaops.backends.endpoint import Endpoint
+from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.engine.actors import InstanceController
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 from dbaops.tools.recording import call_detail

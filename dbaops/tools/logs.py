@@ -1,30 +1,30 @@
-"""``read_log``: the server log of the run and the workload (application) log."""
+"""``read_log``: the server log of the run and the workload (application) log, as the engine and
+the harness expose them (the tool opens no file)."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
 
 from dbaops.clock import ScenarioClock
-from dbaops.dbms.postgres.serverlog import log_line_stamp
-from dbaops.record.tables import read_samples
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 
+LineStamp = Callable[[str], tuple[float, int] | None]
 
-def _server_lines(path: Path, clock: ScenarioClock, since: float | None) -> list[str]:
-    if not path.exists():
-        return []
-    lines = path.read_text(errors="replace").splitlines()
+
+def _server_lines(
+    lines: list[str], stamp_of: LineStamp, clock: ScenarioClock, since: float | None
+) -> list[str]:
     if since is None:
         return lines
     cutoff = clock.wall_start + since * clock.time_scale
     out: list[str] = []
     keep = False
     for line in lines:
-        stamp = log_line_stamp(line)
+        stamp = stamp_of(line)
         if stamp is not None:
             keep = stamp[0] >= cutoff - 1
         if keep:
@@ -32,8 +32,7 @@ def _server_lines(path: Path, clock: ScenarioClock, since: float | None) -> list
     return out
 
 
-def _workload_lines(run_dir: Path, since: float | None) -> list[str]:
-    samples = read_samples(run_dir)
+def _workload_lines(samples: pl.DataFrame, since: float | None) -> list[str]:
     bad = samples.filter(pl.col("outcome") != "on_time")
     if since is not None:
         bad = bad.filter(pl.col("scheduled_s") >= since)
@@ -47,7 +46,15 @@ def _workload_lines(run_dir: Path, since: float | None) -> list[str]:
     ]
 
 
-def log_tool(run_dir: Path, server_log: Path, clock: ScenarioClock) -> Tool:
+def log_tool(
+    server_log: Callable[[], list[str]],
+    stamp_of: LineStamp,
+    samples: Callable[[], pl.DataFrame],
+    clock: ScenarioClock,
+) -> Tool:
+    """``read_log`` over the server's log lines of the run (``stamp_of`` reads a line's time in
+    the engine's log format) and the workload's SLO samples."""
+
     async def handler(args: dict[str, Any]) -> ToolResult:
         source = str(args.get("source", "postgresql"))
         pattern = args.get("pattern")
@@ -56,9 +63,9 @@ def log_tool(run_dir: Path, server_log: Path, clock: ScenarioClock) -> Tool:
         limit = max(1, min(limit, 500))
         since_s = float(since) if since is not None else None
         if source == "postgresql":
-            lines = _server_lines(server_log, clock, since_s)
+            lines = _server_lines(server_log(), stamp_of, clock, since_s)
         elif source == "workload":
-            lines = _workload_lines(run_dir, since_s)
+            lines = _workload_lines(samples(), since_s)
         else:
             return ToolResult(
                 ok=False,

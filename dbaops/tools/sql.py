@@ -18,7 +18,7 @@ import anyio
 import asyncpg
 import pglast
 
-from dbaops.backends.endpoint import CONNECTION_ERRORS, Endpoint
+from dbaops.dbms.postgres.endpoint import CONNECTION_ERRORS, Endpoint
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 from dbaops.tools.recording import call_detail
 

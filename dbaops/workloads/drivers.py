@@ -20,8 +20,8 @@ import anyio
 import asyncpg
 import structlog
 
-from dbaops.backends.endpoint import CONNECTION_ERRORS, Endpoint
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.postgres.endpoint import CONNECTION_ERRORS, Endpoint
 from dbaops.scenario.model import (
     BackgroundWorkload,
     ConnectionLeak,

@@ -117,6 +117,10 @@ class SampleSink:
         )  # fmt: skip
         return frame.filter(pl.col("scheduled_s").is_between(since_s, until_s, closed="left"))
 
+    def frame(self) -> pl.DataFrame:
+        """Every finished sample of the run so far (recorded parts plus unflushed rows)."""
+        return self.scheduled_between(float("-inf"), float("inf"))
+
     def flush(self) -> int:
         rows, self._pending = self._pending, []
         if rows and self._parts is not None:

@@ -93,7 +93,7 @@ class JobTemplate(StrictModel):
 
 class RoleSpec(StrictModel):
     """A role of the fixture. ``dba: true`` makes it the agent's cloud-DBA role (see
-    :mod:`dbaops.engine.agent_role`): no superuser, no server file or program access."""
+    :mod:`dbaops.dbms.postgres.agent_role`): no superuser, no server file or program access."""
 
     name: str
     superuser: bool = False

@@ -25,15 +25,15 @@ import anyio
 import asyncpg
 import structlog
 
-from dbaops.backends.postgres.binaries import PgBinaries, find_binaries
-from dbaops.backends.postgres.osuser import (
+from dbaops.dbms.postgres.binaries import PgBinaries, find_binaries
+from dbaops.dbms.postgres.osuser import (
     chown_tree,
     ensure_service_user,
     make_accessible_copy,
     readable_by_others,
     running_as_root,
 )
-from dbaops.backends.postgres.volumes import LoopVolumes, VolumeError
+from dbaops.dbms.postgres.volumes import LoopVolumes, VolumeError
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import asyncpg
 import structlog
 
-from dbaops.backends.endpoint import HARNESS_APPLICATION
+from dbaops.dbms.postgres.endpoint import HARNESS_APPLICATION
 from dbaops.engine.metrics_registry import ACTIVITY_STATES, LOCK_MODES, WAIT_EVENT_TYPES
 
 log = structlog.get_logger(__name__)

@@ -68,8 +68,15 @@ import asyncpg
 import polars as pl
 import structlog
 
-from dbaops.backends.endpoint import Endpoint
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.metrics_sql import (
+    SAMPLER_APPLICATION_NAME,
+    Capabilities,
+    build_sample_sql,
+    build_tag_sql,
+    probe,
+)
 from dbaops.engine.metrics_query import (
     MetricInfo,
     UnknownMetricError,
@@ -79,13 +86,6 @@ from dbaops.engine.metrics_query import (
     query_series,
 )
 from dbaops.engine.metrics_registry import REGISTRY, MetricKind, MetricSpec, metric_kind
-from dbaops.engine.metrics_sql import (
-    SAMPLER_APPLICATION_NAME,
-    Capabilities,
-    build_sample_sql,
-    build_tag_sql,
-    probe,
-)
 from dbaops.record.tables import METRIC_SCHEMA, ParquetParts
 
 __all__ = [

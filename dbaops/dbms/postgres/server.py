@@ -1,4 +1,4 @@
-"""Backends the runner can use: the embedded cluster (default) or a user's server by DSN."""
+"""PostgreSQL servers a run can use: the embedded cluster (default) or a user's server by DSN."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from urllib.parse import urlparse
 
 import asyncpg
 
-from dbaops.backends.endpoint import Endpoint
-from dbaops.backends.postgres.binaries import find_binaries
-from dbaops.backends.postgres.cluster import PostgresCluster
+from dbaops.dbms.postgres.binaries import find_binaries
+from dbaops.dbms.postgres.cluster import PostgresCluster
+from dbaops.dbms.postgres.endpoint import Endpoint
 
 
 @dataclass
@@ -54,8 +54,34 @@ class PostgresBackend:
         finally:
             await conn.close()
 
+    def log_files(self) -> dict[str, Path]:
+        """The embedded servers' own log files (an external server's log is not reachable)."""
+        if self.cluster is None:
+            return {}
+        files = {"primary": self.cluster.log_path}
+        if self.cluster.standby is not None:
+            files["standby"] = self.cluster.standby.log_path
+        return files
+
+    async def close(self) -> None:
+        """Stop the embedded servers (standby first) and release the cluster."""
+        if self.cluster is None:
+            return
+        try:
+            if self.cluster.standby is not None:
+                await self.cluster.standby.stop()
+            await self.cluster.stop()
+            await self.cluster.unmount_volumes()
+        finally:
+            self.cluster.release()
+
     def describe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"kind": self.kind, "host": self.admin.host, "port": self.admin.port}
+        info: dict[str, Any] = {
+            "engine": "postgres",
+            "kind": self.kind,
+            "host": self.admin.host,
+            "port": self.admin.port,
+        }
         if self.cluster:
             info.update(
                 bindir=str(self.cluster.binaries.bindir),
@@ -91,3 +117,11 @@ async def external_backend(dsn: str) -> PostgresBackend:
     conn = await asyncpg.connect(dsn)
     await conn.close()
     return PostgresBackend(endpoint, None)
+
+
+def postgres_server(server: object) -> PostgresBackend:
+    """``server`` as a PostgreSQL server (what the PostgreSQL-specific parts of a run need:
+    preparation, fault actors, the standby); a clear error for another engine's."""
+    if not isinstance(server, PostgresBackend):
+        raise TypeError(f"{type(server).__name__} is not a PostgreSQL server")
+    return server

@@ -16,7 +16,7 @@ import fnmatch
 
 import asyncpg
 
-from dbaops.backends.endpoint import quote_ident
+from dbaops.dbms.postgres.endpoint import quote_ident
 
 #: Parameters the agent may never set: they run programs, load code, name files or sockets, or
 #: change the server log and activity tracking that the safety judge reads as evidence.

@@ -1,0 +1,150 @@
+"""The engine seam: what a database engine provides to the harness.
+
+One :class:`DatabaseEngine` per DBMS, registered by name (:mod:`dbaops.dbms.registry`), gives
+the runner everything engine-specific:
+
+- the server lifecycle: :meth:`DatabaseEngine.open_server` starts the embedded server (or
+  connects to a user's server by DSN; containers are another lifecycle behind the same call)
+  and returns a :class:`DatabaseServer`: endpoints, snapshot capture/restore, log files;
+- the agent's five tool roles (``execute_sql``, ``query_metrics``, ``manage_instance``,
+  ``read_log``, ``query_knowledge_base``): :meth:`DatabaseEngine.tool_catalog`;
+- the metric sampler's queries: :meth:`DatabaseEngine.metric_sampler`;
+- the server log's format: :meth:`DatabaseEngine.log_line_stamp`;
+- the SQL dialect the safety judge parses: :attr:`DatabaseEngine.dialect`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import polars as pl
+from pydantic import BaseModel, Field
+
+from dbaops.clock import ScenarioClock
+from dbaops.record.tables import ParquetParts
+
+if TYPE_CHECKING:
+    from dbaops.mailbox import Mailbox
+    from dbaops.record.kinds import KnowledgeCorpus
+    from dbaops.scenario.model import Scenario
+    from dbaops.tools.base import Tool
+    from dbaops.tools.recording import ToolRecorder
+
+
+class ServerRequest(BaseModel):
+    """Which server a run wants."""
+
+    name: str = Field(description="the embedded server's name (one per scenario or worker)")
+    dsn: str | None = Field(default=None, description="a user's own server instead")
+    bindir: Path | None = Field(default=None, description="the engine's binaries")
+
+
+class DatabaseServer(Protocol):
+    """A running server of one run: embedded (with instance control and snapshots) or
+    external (a user's server: neither)."""
+
+    @property
+    def kind(self) -> str:
+        """``embedded`` or ``external``."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What the run header records about the server."""
+        ...
+
+    async def server_version(self) -> str: ...
+
+    def log_files(self) -> dict[str, Path]:
+        """The server's own log file per server of the run (``primary``, ``standby``);
+        empty when the server's log is not reachable (an external server)."""
+        ...
+
+    async def close(self) -> None:
+        """Stop what the run started and release the server."""
+        ...
+
+
+class MetricSource(Protocol):
+    """A metric sampler a run starts: samples into Parquet parts, with an in-memory view."""
+
+    async def run(self) -> None: ...
+
+    def snapshot(self) -> pl.DataFrame:
+        """Every row sampled so far (history included)."""
+        ...
+
+    def seed(self, frame: pl.DataFrame) -> None:
+        """Take in the metrics of the workload history before the run."""
+        ...
+
+
+class AgentTools(Protocol):
+    """The agent's tool catalog on one run's servers, with the sessions behind it."""
+
+    @property
+    def catalog(self) -> dict[str, Tool]: ...
+
+    async def open(self) -> None:
+        """Connect the agent's session before the faults start (as a DBA's psql would be)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass
+class Observations:
+    """What the agent's read-only tools observe, as the engine and the harness expose it
+    (never by opening files in the run directory)."""
+
+    metrics: Callable[[], pl.DataFrame]
+    samples: Callable[[], pl.DataFrame]
+    server_logs: dict[str, Callable[[], list[str]]] = field(default_factory=dict)
+
+
+class DatabaseEngine(ABC):
+    """One database engine (PostgreSQL, TiDB, ...)."""
+
+    #: The name scenarios give in ``engine:``.
+    name: ClassVar[str]
+    #: The SQL dialect of the safety judge's front end.
+    dialect: ClassVar[str]
+
+    @abstractmethod
+    async def open_server(self, request: ServerRequest) -> DatabaseServer:
+        """Start (or connect to) the server a run uses."""
+
+    @abstractmethod
+    def metric_sampler(
+        self, server: DatabaseServer, database: str, clock: ScenarioClock, parts: ParquetParts
+    ) -> MetricSource:
+        """The harness's metric sampler of ``database`` (hidden from the agent)."""
+
+    @abstractmethod
+    def log_line_stamp(self, line: str) -> tuple[float, int] | None:
+        """The wall time and process id of a server log line (None: a continuation line)."""
+
+    @abstractmethod
+    def versions(self, server_version: str) -> dict[str, str]:
+        """The versions the run header records (the server's and the harness's)."""
+
+    @abstractmethod
+    def knowledge_corpus(self) -> KnowledgeCorpus:
+        """What the engine's ``query_knowledge_base`` searches (recorded in the run header)."""
+
+    @abstractmethod
+    def agent_tools(
+        self,
+        server: DatabaseServer,
+        sc: Scenario,
+        database: str,
+        clock: ScenarioClock,
+        mailbox: Mailbox,
+        observations: Observations,
+        recorder: ToolRecorder,
+    ) -> AgentTools:
+        """The five tool roles on ``server`` (plus the mailbox tools), recorded by
+        ``recorder``."""

@@ -1,0 +1,149 @@
+"""PostgreSQL behind the engine seam (:class:`dbaops.dbms.interface.DatabaseEngine`).
+
+- lifecycle: the embedded cluster (:mod:`dbaops.dbms.postgres.cluster`, snapshots included) or
+  a user's server by DSN (:mod:`dbaops.dbms.postgres.server`);
+- endpoints and harness connections: :mod:`dbaops.dbms.postgres.endpoint`;
+- the agent's role and tools: :mod:`dbaops.dbms.postgres.agent_role`, :mod:`dbaops.tools`
+  (``execute_sql`` on asyncpg, ``query_metrics``, ``manage_instance``, ``read_log``,
+  ``query_knowledge_base`` over the PostgreSQL manual);
+- the metric sampler's queries: :mod:`dbaops.dbms.postgres.sampler`,
+  :mod:`dbaops.dbms.postgres.metrics_sql`;
+- the server log's format: :mod:`dbaops.dbms.postgres.serverlog`;
+- the safety judge's dialect: ``postgres`` (pglast).
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from typing import ClassVar
+
+import dbaops
+from dbaops.clock import ScenarioClock
+from dbaops.dbms.interface import DatabaseEngine, DatabaseServer, Observations, ServerRequest
+from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.sampler import MetricSampler, harness_sampler
+from dbaops.dbms.postgres.server import (
+    PostgresBackend,
+    embedded_backend,
+    external_backend,
+    postgres_server,
+)
+from dbaops.dbms.postgres.serverlog import log_line_stamp
+from dbaops.mailbox import Mailbox
+from dbaops.record.kinds import KnowledgeCorpus
+from dbaops.record.tables import ParquetParts
+from dbaops.scenario.model import Scenario
+from dbaops.tools.base import Tool
+from dbaops.tools.catalog import (
+    PostgresToolEnvironment,
+    StandbyToolEnvironment,
+    build_tool_catalog,
+)
+from dbaops.tools.knowledge import describe_corpus
+from dbaops.tools.recording import ToolRecorder
+from dbaops.tools.sql import SqlSession
+
+
+def agent_sql_session(sc: Scenario, endpoint: Endpoint) -> SqlSession:
+    """The agent's own SQL session on one server, with the scenario's limits."""
+    return SqlSession(
+        endpoint,
+        role=sc.agent.role,
+        timeout_s=sc.agent.sql_timeout_s,
+        max_rows=sc.agent.max_rows,
+        monitor=endpoint,
+    )
+
+
+@dataclass
+class PostgresAgentTools:
+    """The agent's tool catalog on one run's servers, and the SQL sessions behind it."""
+
+    catalog: dict[str, Tool]
+    sessions: list[SqlSession]
+
+    async def open(self) -> None:
+        """Connect the primary's session now (the standby's connects on first use)."""
+        await self.sessions[0].open()
+
+    async def close(self) -> None:
+        for session in self.sessions:
+            await session.close()
+
+
+class PostgresEngine(DatabaseEngine):
+    """PostgreSQL 15 and later."""
+
+    name: ClassVar[str] = "postgres"
+    dialect: ClassVar[str] = "postgres"
+
+    async def open_server(self, request: ServerRequest) -> PostgresBackend:
+        if request.dsn:
+            return await external_backend(request.dsn)
+        return await embedded_backend(request.name, request.bindir)
+
+    def metric_sampler(
+        self, server: DatabaseServer, database: str, clock: ScenarioClock, parts: ParquetParts
+    ) -> MetricSampler:
+        return harness_sampler(postgres_server(server).for_database(database), clock, parts)
+
+    def log_line_stamp(self, line: str) -> tuple[float, int] | None:
+        return log_line_stamp(line)
+
+    def versions(self, server_version: str) -> dict[str, str]:
+        import asyncpg
+        import polars
+
+        return {
+            "dbaops": dbaops.__version__,
+            "python": platform.python_version(),
+            "asyncpg": asyncpg.__version__,
+            "polars": polars.__version__,
+            "postgres": server_version,
+        }
+
+    def knowledge_corpus(self) -> KnowledgeCorpus:
+        """What ``query_knowledge_base`` searches (the PostgreSQL manual, when installed)."""
+        return describe_corpus()
+
+    def agent_tools(
+        self,
+        server: DatabaseServer,
+        sc: Scenario,
+        database: str,
+        clock: ScenarioClock,
+        mailbox: Mailbox,
+        observations: Observations,
+        recorder: ToolRecorder,
+    ) -> PostgresAgentTools:
+        """The five tool roles (plus the mailbox tools) on the run's primary and, in the
+        replica profile, its standby."""
+        pg = postgres_server(server)
+        endpoint = pg.for_database(database)
+        sql = agent_sql_session(sc, endpoint)
+        sessions = [sql]
+        standby: StandbyToolEnvironment | None = None
+        standby_endpoint = pg.standby_for(database)
+        if standby_endpoint is not None:
+            standby_sql = agent_sql_session(sc, standby_endpoint)
+            sessions.append(standby_sql)
+            standby = StandbyToolEnvironment(
+                endpoint=standby_endpoint,
+                instance=pg.cluster.standby if pg.cluster else None,
+                sql=standby_sql,
+            )
+        env = PostgresToolEnvironment(
+            endpoint=endpoint,
+            clock=clock,
+            observations=observations,
+            log_line_stamp=log_line_stamp,
+            instance=pg.cluster,
+            mailbox=mailbox,
+            sql=sql,
+            standby=standby,
+        )
+        return PostgresAgentTools(build_tool_catalog(env, recorder), sessions)
+
+
+__all__ = ["PostgresAgentTools", "PostgresEngine", "ServerRequest", "agent_sql_session"]

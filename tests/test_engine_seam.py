@@ -1,0 +1,102 @@
+"""The engine seam: engines by name, a scenario's engine, and agent tools that observe through
+the engine rather than the run directory (no database needed)."""
+
+from __future__ import annotations
+
+import ast
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio
+import polars as pl
+import pytest
+
+from dbaops.clock import ScenarioClock
+from dbaops.dbms.interface import DatabaseEngine
+from dbaops.dbms.postgres.engine import PostgresEngine
+from dbaops.dbms.registry import UnknownEngine, engine_names, get_engine
+from dbaops.record.tables import SAMPLE_SCHEMA
+from dbaops.scenario.loader import ScenarioError, load_scenario
+from dbaops.tools.logs import log_tool
+
+SCENARIO = """\
+format: 2
+id: t-engine
+title: engine
+mode: bounded
+{engine}agent: {{time_budget_s: 30}}
+database: {{library: shop}}
+events:
+  - id: task
+    at: 0
+    alert: {{title: something}}
+"""
+
+
+def test_engines_are_registered_by_name() -> None:
+    assert engine_names() == ["postgres"]
+    engine = get_engine("postgres")
+    assert isinstance(engine, PostgresEngine) and isinstance(engine, DatabaseEngine)
+    assert engine.dialect == "postgres"
+    with pytest.raises(UnknownEngine, match="unknown database engine 'oracle'.*postgres"):
+        get_engine("oracle")
+
+
+def test_a_scenario_names_its_engine_and_an_unknown_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(SCENARIO.format(engine=""))
+    assert load_scenario(path)[0].engine == "postgres"
+    path.write_text(SCENARIO.format(engine="engine: postgres\n"))
+    assert load_scenario(path)[0].engine == "postgres"
+    path.write_text(SCENARIO.format(engine="engine: mysql\n"))
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert str(info.value).startswith(str(path))
+    assert "engine" in str(info.value) and "postgres" in str(info.value)
+
+
+def test_the_postgres_log_format_is_the_engines() -> None:
+    stamp = get_engine("postgres").log_line_stamp("2026-12-02 01:02:03.500 UTC [4242] LOG:  x")
+    assert stamp == (datetime(2026, 12, 2, 1, 2, 3, 500000, tzinfo=UTC).timestamp(), 4242)
+    assert get_engine("postgres").log_line_stamp("\tcontinuation") is None
+
+
+def test_read_log_reads_what_the_engine_and_the_harness_expose() -> None:
+    clock = ScenarioClock(1.0)
+    start = clock.wall_start
+    early = datetime.fromtimestamp(start - 100, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    late = datetime.fromtimestamp(start + 60, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    lines = [f"{early} UTC [1] LOG:  before", f"{late} UTC [2] ERROR:  deadlock detected"]
+    samples = pl.DataFrame(
+        [("checkout", "oltp", "u1", 5.0, 5.0, 5.2, 200.0, 0, "late", None, None, None)],
+        schema=SAMPLE_SCHEMA,
+        orient="row",
+    )
+    tool = log_tool(lambda: lines, get_engine("postgres").log_line_stamp, lambda: samples, clock)
+
+    async def call(args: dict[str, object]) -> str:
+        return (await tool.handler(args)).observation
+
+    server = anyio.run(call, {"source": "postgresql", "since": 30})
+    assert "deadlock detected" in server and "before" not in server
+    workload = anyio.run(call, {"source": "workload"})
+    assert "checkout/u1 late" in workload
+
+
+def test_no_agent_tool_opens_the_run_directory() -> None:
+    """The tools get observations from the engine and the harness, not from run files."""
+    tools = Path(__file__).parent.parent / "dbaops" / "tools"
+    for path in sorted(tools.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = {
+            f"{node.module}.{a.name}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module
+            for a in node.names
+        }
+        banned = {
+            m
+            for m in imported
+            if m.startswith(("dbaops.record.layout", "dbaops.record.tables.read"))
+        }
+        assert not banned, f"{path.name} reads the run directory: {sorted(banned)}"
