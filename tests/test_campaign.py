@@ -95,6 +95,23 @@ def _start_and_interrupt(spec_path: Path, out: Path) -> None:
             proc.kill()
 
 
+def test_validation_is_a_campaign_preset_of_each_scenarios_own_solutions() -> None:
+    from dbaops.engine.runner import RunOptions
+    from dbaops.engine.validate import validation_campaign
+
+    spec = validation_campaign(
+        ["pg-sf-01", "pg-qt-01"], RunOptions(time_scale=0.05), repeat=2, scales=[1.0, 0.05]
+    )
+    assert spec.preset == "validation" and spec.time_scales == [1.0, 0.05]
+    runs = plan(spec)
+    sf = {(r.agent, r.time_scale) for r in runs if r.scenario == "pg-sf-01"}
+    assert sf == {(a, x) for a in ("noop", "reference", "shallow") for x in (1.0, 0.05)}
+    assert len({r.key for r in runs}) == len(runs)
+    assert "pg-sf-01/x0.05/shallow/seed-default/r2" in {r.key for r in runs}
+    only = plan(validation_campaign(["pg-sf-01"], RunOptions(), only=["reference"]))
+    assert [r.agent for r in only] == ["reference"]
+
+
 async def test_an_interrupted_campaign_resumes_to_exactly_one_scored_run_per_planned_run(
     tmp_path: Path,
 ) -> None:

@@ -78,11 +78,13 @@ def run_options(
     sc, _, _ = load_scenario(run.scenario)
     model = run.agent.removeprefix("model:") if run.agent.startswith("model:") else None
     options = RunOptions(
-        time_scale=spec.time_scale,
+        time_scale=run.time_scale or spec.time_scale,
         runs_dir=runs_dir,
         seed=run.seed,
         model=model,
         cluster=None if slot is None else f"{sc.id}-w{slot}",
+        fresh=spec.fresh,
+        history_s=spec.history_s,
     )
     return options, None if model else run.agent
 

@@ -31,6 +31,7 @@ class PlannedRun(BaseModel):
     agent: str
     seed: int | None
     repeat: int
+    time_scale: float | None = Field(default=None, description="None: the spec's time_scale")
     state: RunState = "pending"
     attempts: int = 0
     run_dir: str | None = Field(default=None, description="relative to the campaign directory")
@@ -68,25 +69,45 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
 
 
+def scenario_agents(spec: CampaignSpec, scenario: str) -> list[str]:
+    """The agents ``scenario`` runs with: the spec's, or (the validation preset) the
+    scenario's own solutions that the spec names (``reference`` includes its alternatives)."""
+    if spec.preset != "validation":
+        return list(spec.agents)
+    from dbaops.scenario.loader import load_scenario
+
+    sc, _, _ = load_scenario(scenario)
+    own = ["noop", *sc.solutions()]
+    return [s for s in own if s in spec.agents or s.split(":")[0] in spec.agents]
+
+
 def plan(spec: CampaignSpec) -> list[PlannedRun]:
-    """Every run of ``spec``: scenarios × agents × seeds × repeats, in that order."""
+    """Every run of ``spec``: scenarios × time scales × agents × seeds × repeats, in that
+    order."""
     seeds: list[int | None] = list(spec.seeds) if spec.seeds else [None]
+    scales: list[float | None] = list(spec.time_scales) if spec.time_scales else [None]
     out: list[PlannedRun] = []
     for scenario in spec.scenarios:
-        for agent in spec.agents:
-            for seed in seeds:
-                for repeat in range(1, spec.repeats + 1):
-                    key = "/".join(
-                        [
-                            _slug(Path(scenario).stem if scenario.endswith(".yaml") else scenario),
+        name = _slug(Path(scenario).stem if scenario.endswith(".yaml") else scenario)
+        for scale in scales:
+            for agent in scenario_agents(spec, scenario):
+                for seed in seeds:
+                    for repeat in range(1, spec.repeats + 1):
+                        parts = [
+                            name,
+                            *([] if scale is None else [f"x{scale:g}"]),
                             _slug(agent),
                             "seed-default" if seed is None else f"seed-{seed}",
                             f"r{repeat}",
                         ]
-                    )
-                    out.append(
-                        PlannedRun(
-                            key=key, scenario=scenario, agent=agent, seed=seed, repeat=repeat
+                        out.append(
+                            PlannedRun(
+                                key="/".join(parts),
+                                scenario=scenario,
+                                agent=agent,
+                                seed=seed,
+                                repeat=repeat,
+                                time_scale=scale,
+                            )
                         )
-                    )
     return out

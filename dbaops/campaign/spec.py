@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -34,7 +35,21 @@ class CampaignSpec(StrictModel):
         default=None, description="each run once per seed (default: the scenario's own seed)"
     )
     time_scale: float = Field(default=0.1, gt=0, le=10)
+    time_scales: list[float] | None = Field(
+        default=None,
+        description="run everything once per time scale (instead of time_scale); a verdict "
+        "that differs between scales is a flip in a validation",
+    )
     backend: str = Field(default="embedded", pattern="^embedded$")
+    preset: Literal["validation"] | None = Field(
+        default=None,
+        description="validation: the agents are each scenario's own solutions (noop, "
+        "reference and its alternatives, shallow), those of them named in agents",
+    )
+    fresh: bool = Field(default=False, description="rebuild each run's dirty snapshot")
+    history_s: float | None = Field(
+        default=None, ge=0, description="override the scenarios' workload history (seconds)"
+    )
 
     @field_validator("agents")
     @classmethod
@@ -47,7 +62,15 @@ class CampaignSpec(StrictModel):
             )
         return agents
 
-    @field_validator("scenarios", "agents", "seeds")
+    @field_validator("time_scales")
+    @classmethod
+    def _scales_in_range(cls, scales: list[float] | None) -> list[float] | None:
+        bad = [x for x in scales or [] if not 0 < x <= 10]
+        if bad:
+            raise ValueError(f"time scales must be in (0, 10]: {bad}")
+        return scales
+
+    @field_validator("scenarios", "agents", "seeds", "time_scales")
     @classmethod
     def _no_duplicates(cls, items: list[object] | None) -> list[object] | None:
         if items is not None and len(set(items)) != len(items):

@@ -368,6 +368,7 @@ def campaign(
     from dbaops.campaign import load_campaign_spec, run_campaign
     from dbaops.campaign.executor import CampaignError
     from dbaops.campaign.manifest import RUNS_DIR, Manifest
+    from dbaops.cli.live import campaign_view
     from dbaops.scenario.loader import ScenarioError
 
     _configure_logging(verbose)
@@ -377,25 +378,11 @@ def campaign(
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     started = time.monotonic()
-
-    def table(manifest: Manifest) -> Table:
-        counts = manifest.counts()
-        done = counts["done"] + counts["refused"]
-        left = counts["pending"] + counts["running"]
-        elapsed = time.monotonic() - started
-        eta = f"{elapsed / done * left / 60:.1f} min" if done else "–"
-        view = Table("done", "running", "pending", "infra errors", "refused", "ETA")
-        view.add_row(
-            str(counts["done"]), str(counts["running"]), str(counts["pending"]),
-            str(counts["infra_error"]), str(counts["refused"]), eta,
-        )  # fmt: skip
-        return view
-
     try:
         with Live(console=console, auto_refresh=False) as live:
 
             def show(manifest: Manifest) -> None:
-                live.update(table(manifest), refresh=True)
+                live.update(campaign_view(manifest, started), refresh=True)
 
             if executor == "ray":
                 from dbaops.campaign.ray_executor import run_on_ray
@@ -553,9 +540,27 @@ def validate(
             "reference:NAME, shallow)",
         ),
     ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="the validation's campaign directory (default: a new one under "
+            "RUNS_DIR/validations)",
+        ),
+    ] = None,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, max=16, help="runs at once, each on its own cluster")
+    ] = 1,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="continue the validation in --out")
+    ] = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Prove scenarios achievable and not vacuous: noop fails, reference passes, shallow fails."""
+    """Prove scenarios achievable and not vacuous: noop fails, reference passes, shallow fails
+    (a campaign preset: --workers, --out and --resume work as for dbaops campaign)."""
+    from dbaops.campaign.executor import CampaignError
+    from dbaops.campaign.manifest import Manifest
+    from dbaops.cli.live import campaign_view
     from dbaops.engine.runner import RunOptions
     from dbaops.engine.validate import validate as run_validation
     from dbaops.scenario.loader import ScenarioError, definition_key, load_scenario, timelines_dir
@@ -583,7 +588,25 @@ def validate(
         time_scale=scale_list[0], runs_dir=runs_dir, fresh=fresh, history_s=history
     )
     only_list = only.split(",") if only else None
-    summary = anyio.run(run_validation, scenarios, options, repeat, None, scale_list, only_list)
+    if resume and out is None:
+        console.print("[red]error:[/red] --resume needs the validation's --out directory")
+        raise typer.Exit(2)
+    started = time.monotonic()
+    try:
+        with Live(console=console, auto_refresh=False) as live:
+
+            def show(manifest: Manifest) -> None:
+                live.update(campaign_view(manifest, started), refresh=True)
+
+            summary = anyio.run(
+                functools.partial(
+                    run_validation, scenarios, options, repeat, scale_list, only_list,
+                    out=out, workers=workers, resume=resume, on_change=show,
+                )
+            )  # fmt: skip
+    except CampaignError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
     table = Table(
         "scenario", "solution", "scale", "#", "expected", "status", "outcome", "safe", "ok",
         "reason",

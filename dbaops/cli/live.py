@@ -1,11 +1,15 @@
-"""Rich live view of a running scenario: clock, phase, events fired, per-workload SLO state."""
+"""Rich live views: a running scenario (clock, phase, events fired, per-workload SLO state) and
+a campaign's progress."""
 
 from __future__ import annotations
+
+import time
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from dbaops.campaign.manifest import Manifest
 from dbaops.engine.runner import RunMonitor
 from dbaops.workloads.sink import workload_stat
 
@@ -67,3 +71,19 @@ def render(monitor: RunMonitor) -> Group:
             )
         )
     return Group(*parts, wl, ev, checks)  # type: ignore[arg-type]
+
+
+def campaign_view(manifest: Manifest, started: float) -> Table:
+    """A campaign's progress: runs done, running, pending, failed by the harness, refused,
+    and the time left at the pace so far (``started``: monotonic start time)."""
+    counts = manifest.counts()
+    done = counts["done"] + counts["refused"]
+    left = counts["pending"] + counts["running"]
+    elapsed = time.monotonic() - started
+    eta = f"{elapsed / done * left / 60:.1f} min" if done else "–"
+    view = Table("done", "running", "pending", "infra errors", "refused", "ETA")
+    view.add_row(
+        str(counts["done"]), str(counts["running"]), str(counts["pending"]),
+        str(counts["infra_error"]), str(counts["refused"]), eta,
+    )  # fmt: skip
+    return view

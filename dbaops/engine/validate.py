@@ -1,23 +1,31 @@
 """``dbaops validate``: prove a scenario achievable and not vacuous (SWE-bench/τ²-style checks).
 
 For each scenario: the no-op agent must fail Outcome Pass; the reference solution must reach
-Outcome Pass and Safe Pass; a declared shallow solution must fail Outcome Pass. Every run
-restores the same dirty snapshot. With repeats, any verdict that flips is reported; with
+Outcome Pass and Safe Pass; a declared shallow solution must fail Outcome Pass. A validation is
+a campaign preset (:func:`validation_campaign`): its runs have a manifest, run on several
+workers and resume after an interruption like any campaign. Every run restores the same dirty
+snapshot. With repeats, any verdict that flips is reported; with
 several time scales, so is any verdict that differs between them (``--time-scale`` must never
 change a verdict silently).
 """
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from dbaops.engine.runner import RunMonitor, RunOptions, run_scenario
+from dbaops.campaign.executor import run_campaign
+from dbaops.campaign.manifest import Manifest, PlannedRun
+from dbaops.campaign.spec import CampaignSpec
+from dbaops.engine.runner import RunOptions
 from dbaops.evaluation.difficulty import DifficultyLabel, label_difficulty
-from dbaops.record.kinds import EventRecord, Record, RunEnd, RunHeader
-from dbaops.record.trace import read_trace
-from dbaops.scenario.loader import ScenarioError, load_scenario
+from dbaops.record.kinds import Record
+from dbaops.record.load import load_run
+from dbaops.scenario.loader import load_scenario
 from dbaops.scenario.model import Scenario
 
 
@@ -92,40 +100,55 @@ def _judge(solution: str, status: str, outcome: bool | None, safe: bool | None) 
     return True, ""
 
 
+def validation_campaign(
+    refs: list[str],
+    options: RunOptions,
+    repeat: int = 1,
+    scales: list[float] | None = None,
+    only: list[str] | None = None,
+) -> CampaignSpec:
+    """The campaign preset of a validation: each scenario's own solutions (``only``: those
+    named; ``reference`` includes its alternatives) at each time scale, ``repeat`` times."""
+    for ref in refs:
+        sc, _, _ = load_scenario(ref)
+        if sc.reference is None:
+            raise ValueError(f"{sc.id} declares no reference solution: it cannot be validated")
+    return CampaignSpec(
+        scenarios=list(dict.fromkeys(refs)),
+        agents=only or ["noop", "reference", "shallow"],
+        preset="validation",
+        repeats=repeat,
+        time_scale=options.time_scale,
+        time_scales=scales if scales and len(scales) > 1 else None,
+        fresh=options.fresh,
+        history_s=options.history_s,
+    )
+
+
 async def validate(
     refs: list[str],
     options: RunOptions,
     repeat: int = 1,
-    monitor: RunMonitor | None = None,
     scales: list[float] | None = None,
     only: list[str] | None = None,
+    *,
+    out: Path | None = None,
+    workers: int = 1,
+    resume: bool = False,
+    on_change: Callable[[Manifest], None] | None = None,
 ) -> ValidationSummary:
-    """Validate ``refs`` at each of ``scales``; ``only`` restricts the solutions run (to run
-    long validations side by side, each in its own ``DBAOPS_HOME``)."""
-    rows: list[ValidationRow] = []
-    for ref in refs:
-        sc, _, _ = load_scenario(ref)
-        solutions = ["noop", *sc.solutions()]
-        solutions = [s for s in solutions if only is None or s in only or s.split(":")[0] in only]
-        if sc.reference is None:
-            raise ValueError(f"{sc.id} declares no reference solution: it cannot be validated")
-        for scale in scales or [options.time_scale]:
-            scaled = options.model_copy(update={"time_scale": scale})
-            rows += await _validate_at(ref, sc, solutions, scaled, repeat, monitor)
+    """Validate ``refs`` at each of ``scales`` as a campaign in ``out`` (default: a new
+    directory under ``options.runs_dir``); ``only`` restricts the solutions run (to run long
+    validations side by side, each in its own ``DBAOPS_HOME``)."""
+    if scales:
+        options = options.model_copy(update={"time_scale": scales[0]})
+    spec = validation_campaign(refs, options, repeat, scales, only)
+    if out is None:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        out = options.runs_dir / "validations" / f"{stamp}-{secrets.token_hex(2)}"
+    manifest = await run_campaign(spec, out, workers=workers, resume=resume, on_change=on_change)
+    rows = [_row(spec, out, run) for run in manifest.runs]
     return ValidationSummary(rows=rows, flips=_flips(rows))
-
-
-def _run_facts(run_dir: Path) -> tuple[list[Record], str | None, float | None]:
-    """The run's records, its server version and its wall duration."""
-    try:
-        records = read_trace(run_dir)
-    except FileNotFoundError:
-        return [], None, None
-    header = next((r for r in records if isinstance(r, RunHeader)), None)
-    end = next((r for r in reversed(records) if isinstance(r, RunEnd)), None)
-    server = header.versions.get("postgres") if header else None
-    duration = end.t_wall - header.t_wall if header and end else None
-    return records, server, duration
 
 
 def _difficulty_verdict(
@@ -151,65 +174,52 @@ def _difficulty_verdict(
     return label, None
 
 
-async def _validate_at(
-    ref: str,
-    sc: Scenario,
-    solutions: list[str],
-    options: RunOptions,
-    repeat: int,
-    monitor: RunMonitor | None,
-) -> list[ValidationRow]:
-    rows: list[ValidationRow] = []
-    scale = options.time_scale
-    scenario_id = sc.id
-    for i in range(repeat):
-        for solution in solutions:
-            expectation = _EXPECT[solution.split(":")[0]]
-            try:
-                result = await run_scenario(ref, options, monitor, agent=solution)
-            except ScenarioError as exc:  # the file changed under us: report, go on
-                rows.append(ValidationRow(
-                    scenario=scenario_id, solution=solution, time_scale=scale, repeat=i + 1,
-                    expectation=expectation, status="invalid_file", outcome_pass=None,
-                    safe_pass=None, ok=False, reason=str(exc)[:300], run_dir=Path("-"),
-                ))  # fmt: skip
-                continue
-            verdict = result.verdict or {}
-            outcome, safe = verdict.get("outcome_pass"), verdict.get("safe_pass")
-            ok, reason = _judge(solution, result.status, outcome, safe)
-            if result.status != "completed" and result.reason:
-                reason = f"{reason}: {result.reason}"
-            records, server, duration = _run_facts(result.run_dir)
-            unapplied = [r.event_id for r in records
-                         if isinstance(r, EventRecord) and r.status == "failed"]  # fmt: skip
-            if solution.startswith("reference") and unapplied:
-                # the scenario's own program broke in a run that did everything right
-                ok = False
-                reason = "; ".join(x for x in (reason, f"events not applied: {unapplied}") if x)
-            label = None
-            if solution == "reference" and result.status == "completed":
-                label, problem = _difficulty_verdict(sc, records)
-                if problem is not None:
-                    ok, reason = False, "; ".join(x for x in (reason, problem) if x)
-            rows.append(
-                ValidationRow(
-                    scenario=scenario_id,
-                    solution=solution,
-                    time_scale=scale,
-                    repeat=i + 1,
-                    expectation=expectation,
-                    status=result.status,
-                    outcome_pass=outcome,
-                    safe_pass=safe,
-                    ok=ok,
-                    reason=reason,
-                    run_dir=result.run_dir,
-                    server_version=server,
-                    duration_s=duration,
-                    difficulty=label,
-                )
-            )
-    return rows
+def _row(spec: CampaignSpec, out: Path, run: PlannedRun) -> ValidationRow:
+    """One planned run of the validation campaign judged against its expectation."""
+    sc, _, _ = load_scenario(run.scenario)
+    solution = run.agent
+    common = {
+        "scenario": sc.id,
+        "solution": solution,
+        "time_scale": run.time_scale or spec.time_scale,
+        "repeat": run.repeat,
+        "expectation": _EXPECT[solution.split(":")[0]],
+    }
+    if run.run_dir is None:
+        return ValidationRow(**common, status=run.status or run.state, outcome_pass=None,
+                             safe_pass=None, ok=False, reason=run.reason or "not run",
+                             run_dir=Path("-"))  # fmt: skip
+    data = load_run(out / run.run_dir)
+    verdict = data.verdict or {}
+    status = data.end.status if data.end else (run.status or "incomplete")
+    outcome, safe = verdict.get("outcome_pass"), verdict.get("safe_pass")
+    ok, reason = _judge(solution, status, outcome, safe)
+    if status != "completed" and run.reason:
+        reason = f"{reason}: {run.reason}"
+    unapplied = [e.event_id for e in data.events if e.status == "failed"]
+    if solution.startswith("reference") and unapplied:
+        # the scenario's own program broke in a run that did everything right
+        ok = False
+        reason = "; ".join(x for x in (reason, f"events not applied: {unapplied}") if x)
+    label = None
+    if solution == "reference" and status == "completed":
+        label, problem = _difficulty_verdict(sc, data.records)
+        if problem is not None:
+            ok, reason = False, "; ".join(x for x in (reason, problem) if x)
+    header = data.header
+    duration = data.end.t_wall - header.t_wall if header and data.end else None
+    return ValidationRow(
+        **common,
+        status=status,
+        outcome_pass=outcome,
+        safe_pass=safe,
+        ok=ok,
+        reason=reason,
+        run_dir=data.path,
+        server_version=header.versions.get("postgres") if header else None,
+        duration_s=duration,
+        difficulty=label,
+    )
 
 
 def _flips(rows: list[ValidationRow]) -> list[str]:

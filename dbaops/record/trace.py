@@ -7,9 +7,16 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 from dbaops.record.kinds import Record, parse_record
 from dbaops.record.layout import RunDir
+
+
+class RecordSink(Protocol):
+    """Where a run's records go (the trace writer, or a writer that also feeds a live view)."""
+
+    def write(self, record: Record) -> None: ...
 
 
 class TraceWriter:

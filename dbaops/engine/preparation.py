@@ -1,0 +1,225 @@
+"""Preparation of a run's database: the dirty snapshot restored, or built and captured first.
+
+Building runs the fixture, the workload history, the scenario's construction steps and its
+preconditions, creates the standby of the replica profile and stores the OLAP jobs' reference
+result hashes with the snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from typing import Any
+
+import anyio
+
+from dbaops.clock import ScenarioClock
+from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.server import PostgresBackend
+from dbaops.engine.actors import ActorContext, run_fault
+from dbaops.engine.checks import evaluate_check
+from dbaops.engine.fixture import build_fixture
+from dbaops.engine.history import record_history
+from dbaops.record.kinds import PhaseRecord
+from dbaops.record.trace import RecordSink
+from dbaops.scenario.loader import preparation_key
+from dbaops.scenario.model import History, OlapWorkload, ReplicaSpec, Scenario
+from dbaops.workloads.drivers import result_hash
+from dbaops.workloads.spec import WorkloadLibrary
+
+
+class NotManifested(RuntimeError):
+    """The scenario's preconditions or manifestation predicates did not hold: the run is not
+    admitted."""
+
+
+async def prepare_state(
+    sc: Scenario,
+    lib: WorkloadLibrary,
+    backend: PostgresBackend,
+    trace: RecordSink,
+    clock: ScenarioClock,
+    fresh: bool,
+    history: History | None,
+) -> dict[str, Any]:
+    """Restore the dirty snapshot (building it first if needed); returns preparation metadata."""
+    version = await backend.server_version()
+    if history is not None and backend.cluster is None:
+        trace.write(PhaseRecord(phase="history", detail={"skipped": "needs the embedded backend"}))
+        history = None
+    key = preparation_key(sc, lib, version, history)
+    cluster = backend.cluster
+    endpoint = backend.for_database(lib.database)
+    if cluster is not None and cluster.has_snapshot(key) and not fresh:
+        meta = json.loads((cluster.snapshot_root / key / "prep.json").read_text())
+        seconds = await cluster.restore_snapshot(key)
+        trace.write(PhaseRecord(phase="restore", duration_s=seconds, detail={"snapshot": key}))
+        return meta
+
+    t0 = time.monotonic()
+    if cluster is not None:
+        await cluster.reinitialize()
+        trace.write(PhaseRecord(phase="initdb", duration_s=time.monotonic() - t0))
+    if sc.database.settings:
+        await _apply_server_settings(sc.database.settings, backend, trace)
+    params = {**lib.params, **sc.database.params}
+    build_s = await build_fixture(
+        backend.admin, lib, params, sc.database.seed, sc.database.date.isoformat()
+    )
+    trace.write(PhaseRecord(phase="build_fixture", duration_s=build_s, detail={"params": params}))
+    history_summary: dict[str, Any] | None = None
+    if history is not None and cluster is not None:  # (no history without the embedded cluster)
+        t1 = time.monotonic()
+        history_summary = await record_history(
+            sc, lib, endpoint, history, cluster.root / "history-staging"
+        )
+        trace.write(
+            PhaseRecord(phase="history", duration_s=time.monotonic() - t1, detail=history_summary)
+        )
+    ctx = ActorContext(
+        endpoint=endpoint, clock=clock, trace=trace, instance=cluster, host=cluster, label="prep"
+    )
+    for i, op in enumerate(sc.preparation.construction):
+        t1 = time.monotonic()
+        await run_fault(op, ctx)
+        trace.write(
+            PhaseRecord(
+                phase="construction",
+                duration_s=time.monotonic() - t1,
+                detail={"index": i, "kind": op.kind},
+            )
+        )
+    failed = []
+    for check in sc.preparation.preconditions:
+        rec = await evaluate_check(check, "precondition", endpoint, clock, None)
+        trace.write(rec)
+        if not rec.passed:
+            failed.append(rec.name)
+    if failed:
+        raise NotManifested(f"preconditions failed after preparation: {', '.join(failed)}")
+    if sc.database.replica is not None:
+        await _make_standby(sc.database.replica, backend, trace)
+    expected = await _expected_results(sc, lib, endpoint)
+    meta = {
+        "key": key,
+        "expected_results": expected,
+        "server_version": version,
+        "prepare_s": time.monotonic() - t0,
+        "history": history_summary,
+    }
+    if cluster is not None:
+        for stale in cluster.snapshot_root.glob("*"):  # snapshots of an older preparation
+            if stale.name != key:
+                cluster.drop_snapshot(stale.name)
+        capture_s = await cluster.capture_snapshot(key)
+        (cluster.snapshot_root / key / "prep.json").write_text(json.dumps(meta))
+        if history_summary is not None:
+            shutil.move(cluster.root / "history-staging", cluster.snapshot_root / key / "history")
+        trace.write(
+            PhaseRecord(phase="snapshot_capture", duration_s=capture_s, detail={"snapshot": key})
+        )
+        seconds = await cluster.restore_snapshot(key)
+        trace.write(PhaseRecord(phase="restore", duration_s=seconds, detail={"snapshot": key}))
+    return meta
+
+
+async def _make_standby(replica: ReplicaSpec, backend: PostgresBackend, trace: RecordSink) -> None:
+    """The replica profile's standby, made once the primary is prepared (it goes into the
+    snapshot with it)."""
+    if backend.cluster is None:
+        raise ValueError("database.replica: a standby needs the embedded backend (not --dsn)")
+    t0 = time.monotonic()
+    await backend.cluster.create_standby(replica.application_name, replica.settings, replica.slot)
+    if replica.synchronous:
+        conn = await backend.admin.harness_connect()
+        try:
+            sql = await conn.fetchval(
+                "SELECT format('ALTER SYSTEM SET synchronous_standby_names = %L', $1::text)",
+                replica.application_name,
+            )
+            await conn.execute(sql)
+            await conn.execute("SELECT pg_reload_conf()")
+        finally:
+            await conn.close()
+    await await_standby(backend, replica)
+    trace.write(
+        PhaseRecord(
+            phase="standby",
+            duration_s=time.monotonic() - t0,
+            detail=replica.model_dump(mode="json"),
+        )
+    )
+
+
+async def await_standby(
+    backend: PostgresBackend, replica: ReplicaSpec, timeout_s: float = 120.0
+) -> None:
+    """Wait until the standby streams from the primary and has replayed what it has written."""
+    conn = await backend.admin.harness_connect()
+    try:
+        with anyio.fail_after(timeout_s):
+            while True:
+                caught_up = await conn.fetchval(
+                    "SELECT EXISTS (SELECT 1 FROM pg_stat_replication WHERE application_name = $1"
+                    " AND state = 'streaming' AND replay_lsn >= pg_current_wal_lsn())",
+                    replica.application_name,
+                )
+                if caught_up:
+                    break
+                await anyio.sleep(0.2)  # a condition on the server: polled, like a probe
+    except TimeoutError:
+        raise ValueError(
+            f"the standby {replica.application_name!r} did not catch up in {timeout_s:.0f} s"
+        ) from None
+    finally:
+        await conn.close()
+
+
+async def _apply_server_settings(
+    settings: dict[str, str], backend: PostgresBackend, trace: RecordSink
+) -> None:
+    """Scenario server settings via ALTER SYSTEM (captured in the snapshot), then restart."""
+    if backend.cluster is None:
+        trace.write(
+            PhaseRecord(
+                phase="server_settings",
+                detail={
+                    "applied": False,
+                    "reason": "external server: dbaops does not change its settings",
+                    "settings": settings,
+                },
+            )
+        )
+        return
+    conn = await backend.admin.harness_connect()
+    try:
+        for name, value in settings.items():
+            quoted = value.replace("'", "''")
+            await conn.execute(f"ALTER SYSTEM SET {name} = '{quoted}'")
+    finally:
+        await conn.close()
+    await backend.cluster.restart()
+    trace.write(
+        PhaseRecord(phase="server_settings", detail={"applied": True, "settings": settings})
+    )
+
+
+async def _expected_results(
+    sc: Scenario, lib: WorkloadLibrary, endpoint: Endpoint
+) -> dict[str, str]:
+    """Reference result hashes of the OLAP jobs, computed on the prepared state (jobs with a
+    ``reference_sql`` get theirs when they run)."""
+    templates = {j.template for w in sc.workloads if isinstance(w, OlapWorkload) for j in w.jobs}
+    checked = [
+        name
+        for name in sorted(templates)
+        if lib.jobs[name].check_result and lib.jobs[name].reference_sql is None
+    ]
+    if not checked:
+        return {}
+    conn = await endpoint.harness_connect(probe=True)
+    try:
+        return {name: result_hash(await conn.fetch(lib.jobs[name].sql)) for name in checked}
+    finally:
+        await conn.close()
