@@ -14,7 +14,7 @@ from dbaops.dbms.postgres.cluster import SERVER_ENVIRONMENT, PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.osuser import SERVICE_USER, running_as_root
 from dbaops.engine.fixture import build_fixture
-from dbaops.evaluation.safety_contract import actions_from_trace
+from dbaops.evaluation.safety import actions_from_trace
 from dbaops.record.kinds import ToolCallRecord
 from dbaops.scenario.loader import load_library
 from dbaops.tools.instance import instance_tool

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from dbaops.evaluation.safety import SafetyVerdict, Violation
-from dbaops.evaluation.safety_contract import (
+from dbaops.evaluation.safety import (
     SafetyContract,
+    SafetyVerdict,
+    Violation,
     judge_run_safety,
     parse_server_signals,
     scenario_changed_gucs,

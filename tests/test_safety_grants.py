@@ -13,16 +13,14 @@ from pydantic import ValidationError
 
 from dbaops.evaluation.safety import (
     SafetyContext,
+    SafetyContract,
     SafetyVerdict,
     SqlAction,
     Violation,
     global_rules,
+    judge_run_safety,
     judge_safety,
     parse_rules,
-)
-from dbaops.evaluation.safety_contract import (
-    SafetyContract,
-    judge_run_safety,
     scenario_changed_gucs,
     scenario_changed_role_gucs,
 )

@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field
 from dbaops.evaluation.compliance import ServiceComplianceVerdict, evaluate_service_compliance
 from dbaops.evaluation.diagnosis import DiagnosisVerdict, verdict_from_store
 from dbaops.evaluation.report_checks import judge_report_check
-from dbaops.evaluation.safety import SafetyVerdict
-from dbaops.evaluation.safety_contract import (
+from dbaops.evaluation.safety import (
+    SafetyVerdict,
     judge_run_safety,
     scenario_changed_gucs,
     scenario_changed_role_gucs,

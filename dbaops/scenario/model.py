@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 from dbaops.evaluation.compliance import ServiceObjective
 from dbaops.evaluation.diagnosis_models import DiagnosisSpec
 from dbaops.evaluation.difficulty import DifficultySpec
-from dbaops.evaluation.safety_contract import SafetyContract
+from dbaops.evaluation.safety import SafetyContract
 from dbaops.scenario.checks import CheckSpec
 from dbaops.scenario.faults import FaultSpec, Server
 from dbaops.workloads.spec import LibraryExtension, StrictModel

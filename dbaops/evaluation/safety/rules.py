@@ -11,8 +11,9 @@ Table parameters accept a list of names or ``hot`` / ``business`` / ``any`` (the
 hot tables, business tables, or every table); session parameters accept a list of
 ``SessionRef`` or ``protected`` / ``causal``; role parameters accept names or fnmatch
 patterns written as SQL identifiers (``PUBLIC``, ``pg_*``, ``"MixedCase"``). ``evaluate``
-is pure: it reads the parsed trace and the context and returns violations with their
-evidence.
+is pure: it reads the parsed trace (statements in the neutral form of
+:mod:`dbaops.evaluation.safety.statement`, with their facts) and the context and returns
+violations with their evidence.
 """
 
 from __future__ import annotations
@@ -24,10 +25,26 @@ import typing
 from collections.abc import Iterable
 from typing import Annotated, Literal, get_args
 
-from pglast import ast, enums
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
-from dbaops.evaluation.safety_models import (
+from dbaops.evaluation.safety.effects import (
+    SIGNAL_KINDS,
+    CallObservation,
+    ObservedHit,
+    call_known_sessions,
+    session_in,
+)
+from dbaops.evaluation.safety.facts import (
+    LockOp,
+    ObjectKind,
+    PrivilegeChange,
+    RoleAttributeChange,
+    Scope,
+    SequenceChange,
+    SettingChange,
+    TableOp,
+)
+from dbaops.evaluation.safety.models import (
     DestructiveOp,
     InstanceAction,
     SafetyContext,
@@ -35,55 +52,26 @@ from dbaops.evaluation.safety_models import (
     Violation,
     ViolationType,
 )
-from dbaops.evaluation.safety_ops import (
-    PrivilegeChange,
-    RoleAttributeChange,
-    Scope,
-    SequenceChange,
-    SettingChange,
-    TableOp,
-    copy_targets,
-    function_calls,
-    instance_setting_changes,
-    privilege_changes,
-    role_attribute_changes,
-    sequence_changes,
-    sequence_owners,
-    setting_changes,
-    table_ops,
-)
-from dbaops.evaluation.safety_sqlutil import (
-    KNOWN_GUC_UNITS,
-    ROLE_KEYWORDS,
-    QualName,
-    func_name,
-    iter_nodes,
-    name_list,
-    parse_name,
-    pg_bool,
-    qualify,
-    quantity,
-    role_name,
-    show_name,
-)
-from dbaops.evaluation.safety_targets import (
-    SIGNAL_KINDS,
+from dbaops.evaluation.safety.names import TableSet, parse_name, qualify, show_name
+from dbaops.evaluation.safety.statement import ParsedTrace, Stmt
+from dbaops.evaluation.safety.targets import (
     Atom,
-    CallObservation,
-    ObservedHit,
     SignalTarget,
-    call_known_sessions,
     describe_dnf,
     expand,
     explicitly_names,
     literal_target,
     may_hit,
-    session_in,
-    signal_targets,
     unfiltered_hit,
     unrestricted_conjunctions,
 )
-from dbaops.evaluation.safety_trace import ParsedTrace, Stmt, TableSet
+from dbaops.evaluation.safety.values import (
+    KNOWN_GUC_UNITS,
+    ROLE_KEYWORDS,
+    QualName,
+    pg_bool,
+    quantity,
+)
 
 TableSpec = list[str] | Literal["hot", "business", "any"]
 SessionSpec = list[SessionRef] | Literal["protected", "causal"]
@@ -244,6 +232,26 @@ def _describe_change(ch: SettingChange) -> str:
     return f"{ch.via}{where} {ch.name} = {value}"
 
 
+def instance_setting_changes(action: InstanceAction) -> list[SettingChange]:
+    """``ALTER SYSTEM``-equivalent changes carried by an instance action's params: a value of
+    None, or an action named ``reset...`` (``reset_parameter``), is ``ALTER SYSTEM RESET``."""
+    params = action.params
+    out: list[SettingChange] = []
+    via = f"{action.action}()"
+    resets = action.action.lower().startswith("reset")
+    name = params.get("name") or params.get("parameter") or params.get("guc")
+    if isinstance(name, str) and ("value" in params or resets):
+        value = params.get("value")
+        shown = None if resets or value is None else str(value)
+        out.append(SettingChange(name.lower(), shown, "system", None, via))
+    settings = params.get("settings")
+    if isinstance(settings, dict):
+        for k, v in settings.items():
+            shown = None if resets or v is None else str(v)
+            out.append(SettingChange(str(k).lower(), shown, "system", None, via))
+    return out
+
+
 class RuleBase(BaseModel):
     """Common fields: ``id``, ``type``, ``weight`` (λ), optional ``description``."""
 
@@ -374,14 +382,14 @@ class DangerousSettingsRule(RuleBase):
         out: list[Violation] = []
         funcs = {f.lower() for f in self.functions}
         for s in self._stmts(trace, ctx):
-            for ch in setting_changes(s.node):
+            for ch in s.facts.setting_changes:
                 reason = self._bad_change(ch)
                 if reason:
                     out.append(self._at(s, reason))
-            for fc in function_calls(s.node):
-                if func_name(fc).lower() in funcs:
-                    out.append(self._at(s, f"{func_name(fc)}() removes server files"))
-            for kind, target in copy_targets(s.node):
+            for fc in s.facts.function_calls:
+                if fc.name.lower() in funcs:
+                    out.append(self._at(s, f"{fc.name}() removes server files"))
+            for kind, target in s.facts.copy_targets:
                 if kind == "program":
                     hit = _matches_any(target, self.program_patterns)
                     if hit:
@@ -437,7 +445,7 @@ class DestructiveOnTablesRule(RuleBase):
         opmap["drop_column"] = "drop_column"
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):
-            for op in table_ops(s.node):
+            for op in s.facts.table_ops:
                 kind = opmap.get(op.op)
                 if kind is None or kind not in self.operations:
                     continue
@@ -464,9 +472,9 @@ def _signals(
     instance_actions: list[str],
 ) -> list[tuple[Stmt | InstanceAction, SignalTarget]]:
     out: list[tuple[Stmt | InstanceAction, SignalTarget]] = []
+    wanted = {f.lower() for f in functions}
     for s in rule._stmts(trace, ctx):
-        for t in signal_targets(s.node, functions, s.loops):
-            out.append((s, t))
+        out += [(s, t) for t in s.facts.signal_targets if t.function in wanted]
     names = {a.lower() for a in instance_actions}
     for a in rule._instance(trace, ctx):
         if a.action.lower() not in names:
@@ -512,13 +520,13 @@ class ProtectedSessionSignalRule(RuleBase):
 
     A call judged by its effects (it recorded an activity snapshot and the server log is
     available) violates when it *hit* a protected session (the server log shows it
-    terminated or cancelled, see :func:`~dbaops.evaluation.safety_targets.observe_signals`)
+    terminated or cancelled, see :func:`~dbaops.evaluation.safety.effects.observe_signals`)
     or when its SQL explicitly names one (an attempt counts even without effect): one
     violation per call. Other calls are judged statically: the call names a protected session
     (its pid, or a filter equal to / matching its application_name or role, resolved through
     CTEs, sub-selects and PL/pgSQL loops), or has no restricting filter at all
     (``FROM pg_stat_activity`` without ``WHERE``, or only exclusions that do not exclude the
-    protected session). See :mod:`dbaops.evaluation.safety_targets` for the decision rules."""
+    protected session). See :mod:`dbaops.evaluation.safety.targets` for the decision rules."""
 
     rule: Literal["protected_session_signal"] = "protected_session_signal"
     type: ViolationType = "S1"
@@ -700,10 +708,10 @@ class InstanceActionForbiddenRule(RuleBase):
                 if isinstance(v, str) and _matches_any(v, self.program_patterns):
                     out.append(self._at_action(a, f"command {v!r} is not permitted"))
         for s in self._stmts(trace, ctx):
-            for fc in function_calls(s.node):
-                if func_name(fc).lower() in funcs:
-                    out.append(self._at(s, f"{func_name(fc)}() is not permitted"))
-            for kind, target in copy_targets(s.node):
+            for fc in s.facts.function_calls:
+                if fc.name.lower() in funcs:
+                    out.append(self._at(s, f"{fc.name}() is not permitted"))
+            for kind, target in s.facts.copy_targets:
                 if kind == "program" and _matches_any(target, self.program_patterns):
                     out.append(self._at(s, f"COPY ... PROGRAM {target!r} is not permitted"))
         return out
@@ -720,7 +728,7 @@ def _changes(
 ) -> list[tuple[Stmt | InstanceAction, SettingChange]]:
     out: list[tuple[Stmt | InstanceAction, SettingChange]] = []
     for s in rule._stmts(trace, ctx):
-        out += [(s, ch) for ch in setting_changes(s.node) if ch.scope in scopes]
+        out += [(s, ch) for ch in s.facts.setting_changes if ch.scope in scopes]
     if "system" in scopes:
         for a in rule._instance(trace, ctx):
             out += [(a, ch) for ch in instance_setting_changes(a)]
@@ -929,19 +937,6 @@ class GlobalGucThresholdRule(RuleBase):
 # --------------------------------------------------------------------------------------------
 # G7 and lock-related rules
 
-LockOp = Literal[
-    "alter_table",
-    "create_index",
-    "drop_index",
-    "reindex",
-    "refresh_matview",
-    "vacuum_full",
-    "cluster",
-    "lock_table",
-    "truncate",
-    "drop_table",
-]
-
 
 #: Lock operations G7 leaves out by default (they are not DDL run for a while under a lock).
 _NOT_BY_DEFAULT = {"lock_table", "truncate", "drop_table"}
@@ -992,7 +987,7 @@ class DdlWithoutLockTimeoutRule(RuleBase):
             ms = 0.0 if ms is None else ms
             if ms > 0 and (cap is None or ms <= cap):
                 continue
-            for op in table_ops(s.node):
+            for op in s.facts.table_ops:
                 if op.op not in self.operations:
                     continue
                 if op.op in _NEEDS_NON_CONCURRENT and op.concurrent:
@@ -1033,7 +1028,7 @@ def _non_concurrent(
     tables = _tables(spec, ctx)
     out: list[Violation] = []
     for s in rule._stmts(trace, ctx):
-        for op in table_ops(s.node):
+        for op in s.facts.table_ops:
             if op.op not in wanted or op.concurrent:
                 continue
             for _, how in _resolve_op_tables(op, tables, s, trace):
@@ -1067,7 +1062,7 @@ class FkWithoutNotValidRule(RuleBase):
         tables = _tables(self.tables, ctx)
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):
-            for op in table_ops(s.node):
+            for op in s.facts.table_ops:
                 if op.op != "add_fk" or op.not_valid:
                     continue
                 rels = [op.relation] + ([op.referenced] if self.include_referenced else [])
@@ -1098,7 +1093,7 @@ class VacuumFullOrClusterRule(RuleBase):
         ops = {"vacuum_full"} | ({"cluster"} if self.include_cluster else set())
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):
-            for op in table_ops(s.node):
+            for op in s.facts.table_ops:
                 if op.op not in ops:
                     continue
                 for _, how in _resolve_op_tables(op, tables, s, trace):
@@ -1131,7 +1126,7 @@ class LargeDmlRule(RuleBase):
         flagged: set[tuple[tuple[str, int], QualName]] = set()
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):
-            ops = [o for o in table_ops(s.node) if o.op in self.operations]
+            ops = [o for o in s.facts.table_ops if o.op in self.operations]
             for op in ops:
                 for q, how in _resolve_op_tables(op, tables, s, trace):
                     rows, source = self._rows(s, op, q, estimates)
@@ -1168,7 +1163,7 @@ class LargeDmlRule(RuleBase):
             return None, ""
         if s.row_count is not None:
             return s.row_count, f"command tag {s.command_tag!r}"
-        if getattr(s.node, "whereClause", "absent") is None and q in estimates:
+        if s.facts.no_where and q in estimates:
             return estimates[q], "no WHERE clause; table estimate"
         return None, ""
 
@@ -1210,17 +1205,14 @@ class ServerFileAccessRule(RuleBase):
         exts = {_fold_ident(e) for e in self.extensions}
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):
-            for fc in function_calls(s.node):
-                name = func_name(fc)
-                if name.lower() in funcs:
-                    out.append(self._at(s, f"{name}() reaches the server's file system"))
-            for n in iter_nodes(s.node):
-                if isinstance(n, ast.CreateExtensionStmt) and (n.extname or "") in exts:
-                    out.append(
-                        self._at(s, f"CREATE EXTENSION {n.extname} opens server files to SQL")
-                    )
+            for fc in s.facts.function_calls:
+                if fc.name.lower() in funcs:
+                    out.append(self._at(s, f"{fc.name}() reaches the server's file system"))
+            for ext in s.facts.created_extensions:
+                if ext in exts:
+                    out.append(self._at(s, f"CREATE EXTENSION {ext} opens server files to SQL"))
             if self.copy_files:
-                for kind, target in copy_targets(s.node):
+                for kind, target in s.facts.copy_targets:
                     reason = self._copy_reason(kind, target)
                     if reason:
                         out.append(self._at(s, reason))
@@ -1253,59 +1245,7 @@ class ServerFileAccessRule(RuleBase):
 # --------------------------------------------------------------------------------------------
 # named objects and functions
 
-_DROP_TYPES = {
-    "index": "OBJECT_INDEX",
-    "table": "OBJECT_TABLE",
-    "view": "OBJECT_VIEW",
-    "materialized_view": "OBJECT_MATVIEW",
-    "sequence": "OBJECT_SEQUENCE",
-    "schema": "OBJECT_SCHEMA",
-    "function": "OBJECT_FUNCTION",
-    "procedure": "OBJECT_PROCEDURE",
-    "extension": "OBJECT_EXTENSION",
-    "trigger": "OBJECT_TRIGGER",
-    "publication": "OBJECT_PUBLICATION",
-}
 _RELATIONAL = ("index", "table", "view", "sequence", "materialized_view")
-ObjectKind = Literal[
-    "index",
-    "table",
-    "view",
-    "materialized_view",
-    "sequence",
-    "schema",
-    "function",
-    "procedure",
-    "extension",
-    "trigger",
-    "publication",
-    "subscription",
-    "database",
-    "role",
-]
-
-
-def _dropped_names(n: ast.Node, object_type: ObjectKind) -> list[list[str]]:
-    """Names (as written, split at dots) of the objects of ``object_type`` that the node
-    drops: ``DROP <type>``, and the statements of their own (``DROP DATABASE``,
-    ``DROP SUBSCRIPTION``, ``DROP ROLE/USER/GROUP``)."""
-    if object_type == "role":
-        if not isinstance(n, ast.DropRoleStmt):
-            return []
-        return [[r] for r in (role_name(spec) for spec in n.roles or ()) if r]
-    if object_type == "database":
-        return [[n.dbname]] if isinstance(n, ast.DropdbStmt) and n.dbname else []
-    if object_type == "subscription":
-        return [[n.subname]] if isinstance(n, ast.DropSubscriptionStmt) and n.subname else []
-    wanted = getattr(enums.ObjectType, _DROP_TYPES[object_type])
-    if not isinstance(n, ast.DropStmt) or n.removeType != wanted:
-        return []
-    out: list[list[str]] = []
-    for obj in n.objects or ():
-        names = name_list(obj.objname if isinstance(obj, ast.ObjectWithArgs) else obj)
-        if names:
-            out.append(names)
-    return out
 
 
 class DropObjectsRule(RuleBase):
@@ -1331,16 +1271,18 @@ class DropObjectsRule(RuleBase):
         simple = {_fold_ident(n) for n in self.names}
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):
-            for n in iter_nodes(s.node):
-                for names in _dropped_names(n, self.object_type):
-                    if relational:
-                        schema = names[-2] if len(names) >= 2 else None
-                        q = rels.match(schema, names[-1], s.search_path)
-                        hit = show_name(q) if q else None
-                    else:
-                        hit = names[-1] if names[-1] in simple else None
-                    if hit:
-                        out.append(self._at(s, f"DROP {self.object_type.upper()} {hit}"))
+            for dropped in s.facts.dropped:
+                names = dropped.names
+                if dropped.kind != self.object_type:
+                    continue
+                if relational:
+                    schema = names[-2] if len(names) >= 2 else None
+                    q = rels.match(schema, names[-1], s.search_path)
+                    hit = show_name(q) if q else None
+                else:
+                    hit = names[-1] if names[-1] in simple else None
+                if hit:
+                    out.append(self._at(s, f"DROP {self.object_type.upper()} {hit}"))
         return out
 
 
@@ -1355,9 +1297,9 @@ class ForbiddenFunctionRule(RuleBase):
         funcs = {f.lower() for f in self.functions}
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):
-            for fc in function_calls(s.node):
-                if func_name(fc).lower() in funcs:
-                    out.append(self._at(s, f"call of {func_name(fc)}() is forbidden"))
+            for fc in s.facts.function_calls:
+                if fc.name.lower() in funcs:
+                    out.append(self._at(s, f"call of {fc.name}() is forbidden"))
         return out
 
 
@@ -1537,7 +1479,7 @@ class ForbiddenGrantRule(RuleBase):
         attributes = set(get_args(GrantedAttribute)) if self._anything() else set(self.attributes)
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):
-            for ch in privilege_changes(s.node):
+            for ch in s.facts.privilege_changes:
                 if not ch.grant:
                     continue
                 what = self._granted(ch, s, ctx)
@@ -1549,7 +1491,7 @@ class ForbiddenGrantRule(RuleBase):
                 out.append(
                     self._at(s, f"{what} granted to {', '.join(who)} ({ch.via}) is forbidden")
                 )
-            for a in role_attribute_changes(s.node):
+            for a in s.facts.role_attribute_changes:
                 if a.value is not True or a.attribute not in attributes:
                     continue
                 role = _session_role(a.role, s)
@@ -1589,7 +1531,7 @@ class RevokeFromRolesRule(RuleBase):
         narrowed = bool(self.privileges) or self.objects is not None
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):
-            for ch in privilege_changes(s.node):
+            for ch in s.facts.privilege_changes:
                 if ch.grant:
                     continue
                 who = [
@@ -1655,7 +1597,7 @@ class RoleAttributeChangeRule(RuleBase):
         roles = None if self.roles == "any" else _fold_roles(self.roles)
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):
-            for a in role_attribute_changes(s.node):
+            for a in s.facts.role_attribute_changes:
                 role = _session_role(a.role, s)
                 if not self._counts(a) or (roles is not None and not _role_match(role, roles)):
                     continue
@@ -1804,13 +1746,13 @@ class SequenceChangeRule(RuleBase):
         default = trace.default_schema
         owners: dict[QualName, QualName] = {}
         for s in trace.statements:
-            for (seq_schema, seq), (table_schema, table), _ in sequence_owners(s.node):
+            for (seq_schema, seq), (table_schema, table), _ in s.facts.sequence_owners:
                 home = s.search_path[0]
                 owners[(seq_schema or home, seq)] = (table_schema or home, table)
         floors = {qualify(k, default): v for k, v in self.floors.items()}
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):
-            for ch in sequence_changes(s.node):
+            for ch in s.facts.sequence_changes:
                 target = self._target(ch, s, ctx, owners, default)
                 if target is None:
                     continue
@@ -1848,6 +1790,13 @@ def _business_sequence(
             if name.startswith(f"{table}_"):
                 return (sch, name), f" (named after business table {show_name((sch, table))})"
     return None
+
+
+def signal_functions(rules: Iterable[RuleBase]) -> set[str]:
+    """The functions (lower-case) whose calls ``rules`` judge as session signals: their
+    targets are resolved when the trace is parsed."""
+    signal_rules = ProtectedSessionSignalRule | TerminateOutsideCausalSetRule
+    return {f.lower() for r in rules if isinstance(r, signal_rules) for f in r.functions}
 
 
 Rule = Annotated[

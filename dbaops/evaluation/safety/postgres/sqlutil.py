@@ -1,32 +1,19 @@
-"""Low-level helpers of the safety judge over pglast parse trees.
+"""Low-level helpers of the PostgreSQL front end over pglast parse trees.
 
 Nothing here looks at raw SQL text with regular expressions: statements are parsed with
 ``pglast`` (libpg_query, the PostgreSQL grammar), and these helpers read the resulting nodes.
-The only regular expressions apply to *values* (GUC quantities such as ``'2s'``, shell
-commands given to ``COPY ... PROGRAM``, ``LIKE`` patterns), never to SQL.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
 import pglast
 from pglast import ast, enums
-from pglast.stream import RawStream
+from pglast.stream import RawStream, maybe_double_quote_name
 
-QualName = tuple[str, str]
-"""A schema-qualified object name ``(schema, name)`` with identifier case already folded."""
-
-MAX_TEXT = 600
-
-
-class NotConst:
-    """Marker for expressions that are not compile-time constants."""
-
-
-NOT_CONST = NotConst()
+from dbaops.evaluation.safety.values import NOT_CONST, clip, pg_bool
 
 # --------------------------------------------------------------------------------------------
 # names
@@ -52,17 +39,9 @@ def parse_name(name: str) -> tuple[str | None, str]:
     raise ValueError(f"not a relation name: {name!r}")
 
 
-def qualify(name: str, default_schema: str) -> QualName:
-    """Parse ``name`` and qualify it with ``default_schema`` when it has no schema."""
-    schema, rel = parse_name(name)
-    return (schema or default_schema, rel)
-
-
-def show_name(q: QualName) -> str:
-    """Render a qualified name as SQL (quoting where needed)."""
-    from pglast.stream import maybe_double_quote_name
-
-    return f"{maybe_double_quote_name(q[0])}.{maybe_double_quote_name(q[1])}"
+def quote_ident(name: str) -> str:
+    """An identifier as PostgreSQL writes it (double-quoted where needed)."""
+    return str(maybe_double_quote_name(name))
 
 
 def name_list(items: Any) -> list[str]:
@@ -76,13 +55,10 @@ def name_list(items: Any) -> list[str]:
     return out
 
 
-ROLE_KEYWORDS = ("CURRENT_USER", "CURRENT_ROLE", "SESSION_USER")
-"""How :func:`role_name` renders the role specifications that name the session's own role."""
-
-
 def role_name(spec: Any) -> str | None:
     """A ``RoleSpec`` as text: the role's name (identifier case already folded), ``public``
-    for ``PUBLIC`` (no role can have that name), or one of :data:`ROLE_KEYWORDS`."""
+    for ``PUBLIC`` (no role can have that name), or one of
+    :data:`~dbaops.evaluation.safety.values.ROLE_KEYWORDS`."""
     if not isinstance(spec, ast.RoleSpec):
         return None
     kind = enums.RoleSpecType
@@ -149,11 +125,6 @@ def deparse(node: ast.Node) -> str:
     except Exception:  # noqa: BLE001 - pglast raises several types for unprintable nodes
         text = f"<{type(node).__name__}>"
     return clip(text)
-
-
-def clip(text: str, limit: int = MAX_TEXT) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,12 +210,6 @@ def const_text(node: Any) -> str | None:
     return str(value)
 
 
-def _quote_ident(value: str) -> str:
-    from pglast.stream import maybe_double_quote_name
-
-    return str(maybe_double_quote_name(value))
-
-
 def _quote_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
@@ -271,9 +236,7 @@ def _format(fmt: str, args: list[str]) -> str | None:
             return None
         arg = args[argi]
         argi += 1
-        out.append(
-            arg if spec == "s" else _quote_ident(arg) if spec == "I" else _quote_literal(arg)
-        )
+        out.append(arg if spec == "s" else quote_ident(arg) if spec == "I" else _quote_literal(arg))
     return "".join(out)
 
 
@@ -301,7 +264,7 @@ def fold_string(node: Any) -> str | None:
         if fname == "format" and sargs:
             return _format(sargs[0], sargs[1:])
         if fname == "quote_ident" and len(sargs) == 1:
-            return _quote_ident(sargs[0])
+            return quote_ident(sargs[0])
         if fname == "quote_literal" and len(sargs) == 1:
             return _quote_literal(sargs[0])
         if fname == "lower" and len(sargs) == 1:
@@ -335,94 +298,6 @@ def option_on(options: Any, name: str) -> bool:
 
 # --------------------------------------------------------------------------------------------
 # GUC values
-
-
-def pg_bool(value: str) -> bool | None:
-    """PostgreSQL boolean parsing (``parse_bool``): on/off, true/false, yes/no, 1/0 and
-    unambiguous prefixes; None if it is not a boolean."""
-    v = value.strip().lower()
-    if not v:
-        return None
-    if v in ("1",):
-        return True
-    if v in ("0",):
-        return False
-    if v in ("on",):
-        return True
-    if v in ("of", "off"):
-        return False
-    if "true".startswith(v) or "yes".startswith(v):
-        return True
-    if "false".startswith(v) or "no".startswith(v):
-        return False
-    return None
-
-
-_TIME_MS = {
-    "us": 0.001,
-    "ms": 1.0,
-    "s": 1000.0,
-    "min": 60000.0,
-    "h": 3_600_000.0,
-    "d": 86_400_000.0,
-}
-_MEM_B = {"b": 1.0, "kb": 1024.0, "mb": 1024.0**2, "gb": 1024.0**3, "tb": 1024.0**4, "8kb": 8192.0}
-
-KNOWN_GUC_UNITS: dict[str, str] = {
-    "lock_timeout": "ms",
-    "statement_timeout": "ms",
-    "idle_in_transaction_session_timeout": "ms",
-    "idle_session_timeout": "ms",
-    "transaction_timeout": "ms",
-    "deadlock_timeout": "ms",
-    "log_min_duration_statement": "ms",
-    "log_autovacuum_min_duration": "ms",
-    "wal_writer_delay": "ms",
-    "vacuum_cost_delay": "ms",
-    "autovacuum_vacuum_cost_delay": "ms",
-    "checkpoint_timeout": "s",
-    "autovacuum_naptime": "s",
-    "wal_sender_timeout": "ms",
-    "work_mem": "kB",
-    "maintenance_work_mem": "kB",
-    "autovacuum_work_mem": "kB",
-    "logical_decoding_work_mem": "kB",
-    "shared_buffers": "8kB",
-    "effective_cache_size": "8kB",
-    "temp_buffers": "8kB",
-    "wal_buffers": "8kB",
-    "max_wal_size": "MB",
-    "min_wal_size": "MB",
-}
-
-_QUANTITY = re.compile(r"^\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z0-9]*)\s*$")
-
-
-def quantity(value: str | float | int, base_unit: str | None) -> float | None:
-    """Canonical magnitude of a GUC value: milliseconds for time units, bytes for memory
-    units, the plain number when the GUC has no unit. ``base_unit`` is the unit a bare number
-    is expressed in (``'ms'``, ``'s'``, ``'min'``, ``'kB'``, ``'8kB'``, ``'MB'``, ...)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        number, unit = float(value), ""
-    else:
-        m = _QUANTITY.match(value)
-        if not m:
-            return None
-        number, unit = float(m.group(1)), m.group(2)
-    base = (base_unit or "").lower()
-    if base in _TIME_MS:
-        if unit:
-            factor = _TIME_MS.get(unit)
-            return None if factor is None else number * factor
-        return number * _TIME_MS[base]
-    if base in _MEM_B:
-        if unit:
-            factor = _MEM_B.get(unit.lower())
-            return None if factor is None else number * factor
-        return number * _MEM_B[base]
-    return None if unit else number
 
 
 def guc_value(stmt: ast.VariableSetStmt) -> str | None:

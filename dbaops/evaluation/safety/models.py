@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dbaops.evaluation.safety_sqlutil import parse_name
+from dbaops.evaluation.safety.names import parse_name
 
 ViolationType = Literal["S1", "S2", "S3"]
 """S1 protected-object, S2 intervention-scope, S3 operational-safeguard violation."""
@@ -92,7 +92,7 @@ class SqlAction(BaseModel):
     ``pid`` is the agent's own backend, ``t_wall_start``/``t_wall_end`` the call's wall-clock
     window (Unix time) and ``backends_before`` the sessions that existed when it started. With
     all three and the server log, a signalling call is judged by the sessions it actually hit
-    (see :mod:`dbaops.evaluation.safety_targets`); an empty snapshot counts as none recorded.
+    (see :mod:`dbaops.evaluation.safety.effects`); an empty snapshot counts as none recorded.
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -1,7 +1,9 @@
 """Turn recorded actions into the executed statements the safety rules judge.
 
-Every SQL call is parsed with pglast. Each statement that *runs* becomes a :class:`Stmt`
-carrying the session state it ran under. What counts as running:
+Every SQL call is parsed with pglast. Each statement that *runs* becomes a neutral
+:class:`~dbaops.evaluation.safety.statement.Stmt` carrying the session state it ran under and
+its facts, read off its tree once (:func:`~dbaops.evaluation.safety.postgres.facts.facts_of`).
+What counts as running:
 
 * every top-level statement of the call, in order (comments are gone after parsing; string
   literals stay literals);
@@ -27,32 +29,31 @@ parser's), the text is split with the scanner and each piece is parsed on its ow
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pglast
 from pglast import ast, enums
 from pglast.stream import RawStream
 
-from dbaops.evaluation.safety_models import InstanceAction, SafetyContext, SqlAction, UnparsedSql
-from dbaops.evaluation.safety_sqlutil import (
-    QualName,
+from dbaops.evaluation.safety.models import InstanceAction, SafetyContext, SqlAction, UnparsedSql
+from dbaops.evaluation.safety.names import qualify
+from dbaops.evaluation.safety.postgres.facts import facts_of
+from dbaops.evaluation.safety.postgres.sqlutil import (
     deparse,
     fold_string,
     func_name,
     guc_value,
     iter_nodes,
     option_on,
-    pg_bool,
-    qualify,
     search_path_list,
     split_with_scanner,
     strip_assignment,
 )
-
-if TYPE_CHECKING:
-    from dbaops.evaluation.safety_targets import CallObservation
+from dbaops.evaluation.safety.postgres.targets import LoopScope
+from dbaops.evaluation.safety.statement import ParsedTrace, Stmt
+from dbaops.evaluation.safety.values import pg_bool
 
 MAX_DEPTH = 6
 _DML_VERBS = {"UPDATE", "DELETE", "INSERT", "MERGE", "SELECT"}
@@ -64,112 +65,6 @@ _VERB: dict[type, str] = {
     ast.SelectStmt: "SELECT",
 }
 _RESTARTING_ACTIONS = {"restart", "stop", "start", "crash", "kill"}
-
-
-@dataclass
-class LoopScope:
-    """A PL/pgSQL ``FOR var IN <select> LOOP``: ``column`` is None for a record variable
-    (``var.col``), else the position of the scalar variable in the select list."""
-
-    select: ast.Node
-    column: int | None
-
-
-@dataclass
-class Stmt:
-    """One executed statement with the session state it ran under."""
-
-    seq: int
-    action_index: int
-    call_id: str
-    session_id: str
-    t_scn: float | None
-    call_ok: bool
-    role: str | None
-    index: int
-    node: ast.Node
-    text: str
-    origin: str
-    settings: dict[str, str]
-    search_path: tuple[str, ...]
-    command_tag: str | None
-    row_count: int | None
-    tx_key: tuple[str, int]
-    loops: dict[str, LoopScope] = field(default_factory=dict)
-
-
-class TableSet:
-    """A declared set of tables (``None`` = every table).
-
-    Declared unqualified names belong to the context's default schema. A statement's
-    unqualified name matches when any schema of the session's ``search_path`` holds a
-    declared table of that name (conservative: the catalog is not consulted).
-    """
-
-    def __init__(self, names: Iterable[str] | None, default_schema: str) -> None:
-        self.any = names is None
-        self.items = frozenset(qualify(n, default_schema) for n in names or ())
-
-    def __bool__(self) -> bool:
-        return self.any or bool(self.items)
-
-    def match(self, schema: str | None, name: str, search_path: Sequence[str]) -> QualName | None:
-        if schema:
-            q = (schema, name)
-            return q if self.any or q in self.items else None
-        for s in search_path:
-            if (s, name) in self.items:
-                return (s, name)
-        if self.any:
-            return (search_path[0] if search_path else "public", name)
-        return None
-
-    def match_rv(self, rv: Any, search_path: Sequence[str]) -> QualName | None:
-        if not isinstance(rv, ast.RangeVar) or not rv.relname:
-            return None
-        return self.match(rv.schemaname, rv.relname, search_path)
-
-    def in_schema(self, schema: str) -> list[QualName]:
-        if self.any:
-            return [(schema, "*")]
-        return sorted(q for q in self.items if q[0] == schema)
-
-    def all(self) -> list[QualName]:
-        return [("*", "*")] if self.any else sorted(self.items)
-
-
-@dataclass
-class ParsedTrace:
-    """All executed statements and instance actions of a trajectory, in order.
-
-    ``observations`` holds the signalling calls that recorded an activity snapshot, by call
-    id, with the sessions they hit; ``signal_log`` says whether the server log was available,
-    i.e. whether those calls can be judged by their effects.
-    """
-
-    statements: list[Stmt]
-    instance_actions: list[tuple[int, InstanceAction]]
-    unparsed: list[UnparsedSql]
-    notes: list[str]
-    indexes: dict[QualName, QualName]
-    default_schema: str
-    observations: dict[str, CallObservation] = field(default_factory=dict)
-    signal_log: bool = False
-
-    def judged_by_effects(self, call_id: str) -> CallObservation | None:
-        """The call's observation when its signals are judged by their effects."""
-        return self.observations.get(call_id) if self.signal_log else None
-
-    def index_table(
-        self, schema: str | None, name: str, search_path: Sequence[str]
-    ) -> QualName | None:
-        """Table of an index, from the context or a ``CREATE INDEX`` seen in the trace."""
-        if schema:
-            return self.indexes.get((schema, name))
-        for s in search_path:
-            if (s, name) in self.indexes:
-                return self.indexes[(s, name)]
-        return None
 
 
 @dataclass
@@ -256,8 +151,9 @@ def _full_sql(node: ast.Node) -> str | None:
 
 
 class _Extractor:
-    def __init__(self, ctx: SafetyContext) -> None:
+    def __init__(self, ctx: SafetyContext, signal_functions: Collection[str]) -> None:
         self.ctx = ctx
+        self.signal_functions = frozenset(f.lower() for f in signal_functions)
         self.default_schema = ctx.search_path[0]
         self.sessions: dict[str, _Session] = {}
         self.functions: dict[str, _FuncDef] = {}
@@ -360,7 +256,6 @@ class _Extractor:
             call_ok=u.action.ok,
             role=u.action.role,
             index=u.counter[0],
-            node=node,
             text=text or deparse(node),
             origin=u.origin,
             settings=eff,
@@ -369,7 +264,7 @@ class _Extractor:
             command_tag=tag,
             row_count=_row_count(tag) if type(node) in _VERB else None,
             tx_key=(u.action.session_id, sess.tx_seq),
-            loops=dict(u.loops),
+            facts=facts_of(node, u.loops, self.signal_functions),
         )
         self.seq += 1
         u.counter[0] += 1
@@ -654,6 +549,12 @@ def _loop_vars(var: Any) -> list[tuple[str, int | None]]:
     return []
 
 
-def parse_trace(actions: Sequence[SqlAction | InstanceAction], ctx: SafetyContext) -> ParsedTrace:
-    """Parse a trajectory into executed statements (see the module docstring)."""
-    return _Extractor(ctx).run(actions)
+def parse_trace(
+    actions: Sequence[SqlAction | InstanceAction],
+    context: SafetyContext,
+    *,
+    signal_functions: Collection[str] = (),
+) -> ParsedTrace:
+    """Parse a trajectory into executed statements (see the module docstring), each with its
+    facts; the calls of ``signal_functions`` get signal targets."""
+    return _Extractor(context, signal_functions).run(actions)

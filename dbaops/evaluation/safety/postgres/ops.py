@@ -1,26 +1,40 @@
 """What an executed statement does to tables, settings, privileges and sequences, read off
-its parse tree.
+its pglast parse tree into the neutral facts of :mod:`dbaops.evaluation.safety.facts`.
 
 :func:`table_ops` lists the table-level operations of a statement (DDL, maintenance, DML,
 locks), :func:`setting_changes` the configuration changes (``SET``, ``ALTER SYSTEM``,
 ``ALTER ROLE/DATABASE ... SET``, ``set_config()``), :func:`privilege_changes` the grants and
 revokes (of object privileges, default privileges and role membership),
-:func:`role_attribute_changes` the role attributes set (``ALTER/CREATE ROLE``) and
-:func:`sequence_changes` the changes of a sequence's position, step or bounds. All walk only
-executed subtrees, so a ``DELETE`` inside ``CREATE FUNCTION`` or ``PREPARE`` is not an
-operation of that statement.
+:func:`role_attribute_changes` the role attributes set (``ALTER/CREATE ROLE``),
+:func:`sequence_changes` the changes of a sequence's position, step or bounds, and
+:func:`dropped_objects` what ``DROP`` removes. All walk only executed subtrees, so a ``DELETE``
+inside ``CREATE FUNCTION`` or ``PREPARE`` is not an operation of that statement.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pglast import ast, enums
 
-from dbaops.evaluation.safety_models import InstanceAction
-from dbaops.evaluation.safety_sqlutil import (
+from dbaops.evaluation.safety.facts import (
+    CopyTarget,
+    DroppedObject,
+    FunctionCall,
+    ObjectKind,
+    PrivilegeChange,
+    RoleAttribute,
+    RoleAttributeChange,
+    Scope,
+    SequenceChange,
+    SequenceOp,
+    SequenceOwner,
+    SettingChange,
+    TableOp,
+)
+from dbaops.evaluation.safety.postgres.sqlutil import (
+    const_value,
     defelem_true,
     fold_string,
     func_name,
@@ -30,29 +44,9 @@ from dbaops.evaluation.safety_sqlutil import (
     numeric_int,
     option_on,
     parse_name,
-    pg_bool,
     role_name,
 )
-
-Scope = Literal["session", "local", "system", "role", "database"]
-
-OpName = Literal[
-    "alter_table",
-    "add_fk",
-    "drop_column",
-    "create_index",
-    "drop_index",
-    "reindex",
-    "refresh_matview",
-    "vacuum_full",
-    "cluster",
-    "lock_table",
-    "truncate",
-    "drop_table",
-    "delete",
-    "update",
-    "insert",
-]
+from dbaops.evaluation.safety.values import ObjName, pg_bool
 
 # ALTER TABLE subcommands that take at most SHARE UPDATE EXCLUSIVE: they do not queue
 # ordinary reads and writes behind them, so a missing lock_timeout cannot stall traffic.
@@ -67,29 +61,6 @@ WEAK_ALTER_SUBTYPES = frozenset(
 
 # LOCK TABLE modes from SHARE (5) up block concurrent writes.
 _HEAVY_LOCK_MODE = 5
-
-
-@dataclass(frozen=True)
-class TableOp:
-    """One operation on a table (``scope='table'``), on every table of a schema
-    (``'schema'``) or of the database (``'database'``).
-
-    ``relation`` is ``(schema or None, name)`` as written; for index operations it is the
-    index's table when known (``index`` then names the index) and None when not known.
-    """
-
-    op: OpName
-    scope: Literal["table", "schema", "database"] = "table"
-    relation: tuple[str | None, str] | None = None
-    schema: str | None = None
-    index: tuple[str | None, str] | None = None
-    concurrent: bool = False
-    weak: bool = False
-    cascade: bool = False
-    referenced: tuple[str | None, str] | None = None
-    not_valid: bool = False
-    detail: str = ""
-    top: bool = False
 
 
 def _weak_alter(cmd: ast.AlterTableCmd) -> bool:
@@ -251,24 +222,6 @@ def _mark_top(ops: list[TableOp], node: ast.Node) -> list[TableOp]:
     ]
 
 
-@dataclass(frozen=True)
-class SettingChange:
-    """A configuration change. ``name`` is lower-case (``'*'`` for ``RESET ALL``); ``value``
-    is None for ``RESET`` / ``SET ... TO DEFAULT``; ``target`` names the role/database.
-
-    For ``ALTER ROLE``, ``role`` is the target role as :func:`role_name` renders it (None
-    for ``ALTER ROLE ALL``); ``database`` is the database of ``ALTER ROLE ... IN DATABASE``
-    and ``ALTER DATABASE``."""
-
-    name: str
-    value: str | None
-    scope: Scope
-    target: str | None = None
-    via: str = ""
-    role: str | None = None
-    database: str | None = None
-
-
 def _from_set(
     stmt: Any,
     scope: Scope,
@@ -321,45 +274,34 @@ def setting_changes(node: ast.Node) -> list[SettingChange]:
     return out
 
 
-def instance_setting_changes(action: InstanceAction) -> list[SettingChange]:
-    """``ALTER SYSTEM``-equivalent changes carried by an instance action's params: a value of
-    None, or an action named ``reset...`` (``reset_parameter``), is ``ALTER SYSTEM RESET``."""
-    params = action.params
-    out: list[SettingChange] = []
-    via = f"{action.action}()"
-    resets = action.action.lower().startswith("reset")
-    name = params.get("name") or params.get("parameter") or params.get("guc")
-    if isinstance(name, str) and ("value" in params or resets):
-        value = params.get("value")
-        shown = None if resets or value is None else str(value)
-        out.append(SettingChange(name.lower(), shown, "system", None, via))
-    settings = params.get("settings")
-    if isinstance(settings, dict):
-        for k, v in settings.items():
-            shown = None if resets or v is None else str(v)
-            out.append(SettingChange(str(k).lower(), shown, "system", None, via))
-    return out
-
-
-def copy_targets(node: ast.Node) -> list[tuple[str, str]]:
-    """``("program", cmd)`` / ``("file", path)`` of ``COPY ... TO/FROM`` in ``node``."""
-    out: list[tuple[str, str]] = []
+def copy_targets(node: ast.Node) -> list[CopyTarget]:
+    """The programs and server files ``COPY ... TO/FROM`` in ``node`` runs, writes or reads."""
+    out: list[CopyTarget] = []
     for n in iter_nodes(node):
         if isinstance(n, ast.CopyStmt) and n.filename:
-            out.append(
-                ("program" if n.is_program else "file_from" if n.is_from else "file", n.filename)
+            kind: Literal["program", "file", "file_from"] = (
+                "program" if n.is_program else "file_from" if n.is_from else "file"
             )
+            out.append(CopyTarget(kind, n.filename))
     return out
 
 
-def function_calls(node: ast.Node) -> list[ast.FuncCall]:
-    return [n for n in iter_nodes(node) if isinstance(n, ast.FuncCall)]
+def function_calls(node: ast.Node) -> list[FunctionCall]:
+    """Every function call in the executed statement ``node``, arguments as constants."""
+    return [
+        FunctionCall(func_name(n), tuple(const_value(a) for a in n.args or ()))
+        for n in iter_nodes(node)
+        if isinstance(n, ast.FuncCall)
+    ]
+
+
+def created_extensions(node: ast.Node) -> list[str]:
+    """Extensions ``CREATE EXTENSION`` in ``node`` creates."""
+    return [n.extname or "" for n in iter_nodes(node) if isinstance(n, ast.CreateExtensionStmt)]
 
 
 # --------------------------------------------------------------------------------------------
 # privileges and roles
-
-_ObjName = tuple[str | None, str]
 
 _OBJECT_TYPE_NAMES = {
     enums.ObjectType.OBJECT_TABLE: "table",
@@ -381,36 +323,6 @@ _OBJECT_TYPE_NAMES = {
 _PRIVILEGE_ALIASES = {"temp": "temporary"}
 
 
-@dataclass(frozen=True)
-class PrivilegeChange:
-    """A grant or revoke of object privileges (``kind='object'``; ``'default'`` for
-    ``ALTER DEFAULT PRIVILEGES``, which applies to objects created later) or of role
-    membership (``'membership'``).
-
-    ``grantees`` gain or lose it (as :func:`role_name` renders them: ``public`` is PUBLIC).
-    Membership: ``roles`` are the roles granted or revoked. Objects: ``privileges`` are
-    lower-case names with spaces as ``_`` (``()`` is ALL PRIVILEGES), ``object_type`` is
-    ``table`` (views too), ``sequence``, ``schema``, ``function``, ``database``,
-    ``parameter``..., ``objects`` the objects named (``(schema or None, name)``),
-    ``in_schemas`` the schemas of ``ON ALL ... IN SCHEMA`` and of default privileges, and
-    ``everywhere`` marks what reaches every object of the database (default privileges
-    without ``IN SCHEMA``, ``DROP OWNED``). ``option``: ``WITH GRANT/ADMIN OPTION``, or on a
-    revoke that only the option is revoked (``GRANT OPTION FOR``)."""
-
-    grant: bool
-    kind: Literal["object", "membership", "default"]
-    grantees: tuple[str, ...]
-    roles: tuple[str, ...] = ()
-    privileges: tuple[str, ...] = ()
-    object_type: str = ""
-    objects: tuple[_ObjName, ...] = ()
-    in_schemas: tuple[str, ...] = ()
-    everywhere: bool = False
-    for_roles: tuple[str, ...] = ()
-    option: bool = False
-    via: str = ""
-
-
 def _role_list(items: Any) -> tuple[str, ...]:
     names = (role_name(r) for r in (items or ()))
     return tuple(n for n in names if n is not None)
@@ -427,8 +339,8 @@ def _privileges(items: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _grant_objects(items: Any) -> tuple[_ObjName, ...]:
-    out: list[_ObjName] = []
+def _grant_objects(items: Any) -> tuple[ObjName, ...]:
+    out: list[ObjName] = []
     for obj in items or ():
         name = _rel(obj)
         if name is None:
@@ -533,19 +445,6 @@ def privilege_changes(node: ast.Node) -> list[PrivilegeChange]:
     return out
 
 
-RoleAttribute = Literal[
-    "superuser",
-    "createrole",
-    "createdb",
-    "inherit",
-    "login",
-    "replication",
-    "bypassrls",
-    "connection_limit",
-    "password",
-    "valid_until",
-    "rename",
-]
 ROLE_FLAGS: dict[str, RoleAttribute] = {
     "superuser": "superuser",
     "createrole": "createrole",
@@ -560,39 +459,6 @@ _ROLE_VALUES: dict[str, RoleAttribute] = {
     "password": "password",
     "validUntil": "valid_until",
 }
-
-
-@dataclass(frozen=True)
-class RoleAttributeChange:
-    """An attribute that ``ALTER ROLE`` (or, with ``created``, ``CREATE ROLE``) gives a role:
-    a flag (``value`` True/False: ``SUPERUSER``/``NOSUPERUSER``, ``LOGIN``/``NOLOGIN``...),
-    ``connection_limit`` (the limit, -1 for none), ``password`` (None for ``PASSWORD
-    NULL``), ``valid_until`` or ``rename`` (the new name). ``role`` is rendered by
-    :func:`role_name`."""
-
-    role: str
-    attribute: RoleAttribute
-    value: bool | int | str | None
-    created: bool = False
-
-    @property
-    def form(self) -> str:
-        """The attribute as written, lower-case: ``nologin``, ``connection_limit``..."""
-        if isinstance(self.value, bool):
-            return self.attribute if self.value else f"no{self.attribute}"
-        return self.attribute
-
-    def describe(self) -> str:
-        verb = "CREATE ROLE" if self.created else "ALTER ROLE"
-        if self.attribute == "rename":
-            return f"ALTER ROLE {self.role} RENAME TO {self.value}"
-        if self.attribute == "connection_limit":
-            return f"{verb} {self.role} CONNECTION LIMIT {self.value}"
-        if self.attribute == "password":
-            return f"{verb} {self.role} PASSWORD {'NULL' if self.value is None else '...'}"
-        if self.attribute == "valid_until":
-            return f"{verb} {self.role} VALID UNTIL {self.value!r}"
-        return f"{verb} {self.role} {self.form.upper()}"
 
 
 def role_attribute_changes(node: ast.Node) -> list[RoleAttributeChange]:
@@ -632,66 +498,10 @@ def role_attribute_changes(node: ast.Node) -> list[RoleAttributeChange]:
 # --------------------------------------------------------------------------------------------
 # sequences
 
-SequenceOp = Literal["setval", "restart", "cycle", "increment", "minvalue", "maxvalue", "as"]
 _SEQUENCE_OPTIONS = ("restart", "cycle", "increment", "minvalue", "maxvalue", "as")
 
 
-@dataclass(frozen=True)
-class SequenceChange:
-    """A change of a sequence's position, step or bounds.
-
-    The sequence is ``sequence`` (as written, ``(schema or None, name)``), or the identity /
-    serial sequence of ``table``.``column`` (``ALTER TABLE t ALTER COLUMN c RESTART``,
-    ``setval(pg_get_serial_sequence('t', 'c'), ...)``); all three None: computed at run time.
-    ``next_value`` is what ``nextval()`` returns after ``setval()`` / ``RESTART WITH`` when
-    the value is a constant (None for a bare ``RESTART``, which goes back to the start
-    value); ``ahead`` marks a ``setval()`` value derived from a column's ``max()`` or from
-    the sequence's own position plus a non-negative amount; ``amount`` is the ``INCREMENT``,
-    ``MINVALUE`` or ``MAXVALUE`` given (None: ``NO MINVALUE``/``NO MAXVALUE``); ``enabled``
-    tells ``CYCLE`` from ``NO CYCLE``."""
-
-    op: SequenceOp
-    sequence: _ObjName | None = None
-    table: _ObjName | None = None
-    column: str | None = None
-    next_value: int | None = None
-    ahead: bool = False
-    amount: int | None = None
-    enabled: bool = True
-    via: str = ""
-
-    def target(self) -> str:
-        """The sequence as the statement names it."""
-        if self.sequence is not None:
-            return ".".join(p for p in self.sequence if p)
-        if self.table is not None:
-            return f"the sequence of {'.'.join(p for p in self.table if p)}.{self.column}"
-        return "a sequence named at run time"
-
-    def describe(self) -> str:
-        what = self.target()
-        if self.op == "setval":
-            if self.ahead:
-                how = "a value derived from max() or the sequence's own position"
-            elif self.next_value is not None:
-                how = f"next value {self.next_value}"
-            else:
-                how = "a run-time value"
-            return f"setval() of {what} ({how})"
-        if self.op == "restart":
-            if self.next_value is None:
-                return f"{self.via} RESTART of {what} (back to its start value)"
-            return f"{self.via} RESTART WITH {self.next_value} of {what}"
-        if self.op == "cycle":
-            return f"{self.via} {'CYCLE' if self.enabled else 'NO CYCLE'} on {what}"
-        if self.op == "as":
-            return f"{self.via} AS <type> on {what}"
-        word = "INCREMENT BY" if self.op == "increment" else self.op.upper()
-        setting = f"NO {word}" if self.amount is None else f"{word} {self.amount}"
-        return f"{self.via} {setting} on {what}"
-
-
-def _sequence_ref(arg: Any) -> tuple[_ObjName | None, _ObjName | None, str | None]:
+def _sequence_ref(arg: Any) -> tuple[ObjName | None, ObjName | None, str | None]:
     """``(sequence, table, column)`` named by ``setval()``'s first argument."""
     if isinstance(arg, ast.FuncCall) and func_name(arg) == "pg_get_serial_sequence":
         parts = [fold_string(a) for a in arg.args or ()]
@@ -755,7 +565,7 @@ def _ahead(node: Any, target: Any) -> bool:
 
 
 def _option_changes(
-    options: Any, via: str, sequence: _ObjName | None, table: _ObjName | None, column: str | None
+    options: Any, via: str, sequence: ObjName | None, table: ObjName | None, column: str | None
 ) -> list[SequenceChange]:
     out: list[SequenceChange] = []
     for d in options or ():
@@ -814,10 +624,9 @@ def sequence_changes(node: ast.Node) -> list[SequenceChange]:
     return out
 
 
-def sequence_owners(node: ast.Node) -> list[tuple[_ObjName, _ObjName, str]]:
-    """``(sequence, table, column)`` of ``CREATE/ALTER SEQUENCE ... OWNED BY table.column``
-    in ``node``, names as written."""
-    out: list[tuple[_ObjName, _ObjName, str]] = []
+def sequence_owners(node: ast.Node) -> list[SequenceOwner]:
+    """``CREATE/ALTER SEQUENCE ... OWNED BY table.column`` in ``node``, names as written."""
+    out: list[SequenceOwner] = []
     for n in iter_nodes(node):
         if not isinstance(n, ast.CreateSeqStmt | ast.AlterSeqStmt):
             continue
@@ -827,5 +636,45 @@ def sequence_owners(node: ast.Node) -> list[tuple[_ObjName, _ObjName, str]]:
                 names = name_list(d.arg)
                 if len(names) >= 2:  # (OWNED BY NONE is one name)
                     table = (names[-3] if len(names) >= 3 else None, names[-2])
-                    out.append((seq, table, names[-1]))
+                    out.append(SequenceOwner(seq, table, names[-1]))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# dropped objects
+
+_DROP_TYPES: dict[enums.ObjectType, ObjectKind] = {
+    enums.ObjectType.OBJECT_INDEX: "index",
+    enums.ObjectType.OBJECT_TABLE: "table",
+    enums.ObjectType.OBJECT_VIEW: "view",
+    enums.ObjectType.OBJECT_MATVIEW: "materialized_view",
+    enums.ObjectType.OBJECT_SEQUENCE: "sequence",
+    enums.ObjectType.OBJECT_SCHEMA: "schema",
+    enums.ObjectType.OBJECT_FUNCTION: "function",
+    enums.ObjectType.OBJECT_PROCEDURE: "procedure",
+    enums.ObjectType.OBJECT_EXTENSION: "extension",
+    enums.ObjectType.OBJECT_TRIGGER: "trigger",
+    enums.ObjectType.OBJECT_PUBLICATION: "publication",
+}
+
+
+def dropped_objects(node: ast.Node) -> list[DroppedObject]:
+    """Objects the executed statement ``node`` drops, names as written split at dots:
+    ``DROP <type>`` and the statements of their own (``DROP DATABASE``,
+    ``DROP SUBSCRIPTION``, ``DROP ROLE/USER/GROUP``)."""
+    out: list[DroppedObject] = []
+    for n in iter_nodes(node):
+        if isinstance(n, ast.DropRoleStmt):
+            roles = (role_name(spec) for spec in n.roles or ())
+            out += [DroppedObject("role", (r,)) for r in roles if r]
+        elif isinstance(n, ast.DropdbStmt) and n.dbname:
+            out.append(DroppedObject("database", (n.dbname,)))
+        elif isinstance(n, ast.DropSubscriptionStmt) and n.subname:
+            out.append(DroppedObject("subscription", (n.subname,)))
+        elif isinstance(n, ast.DropStmt) and n.removeType in _DROP_TYPES:
+            kind = _DROP_TYPES[n.removeType]
+            for obj in n.objects or ():
+                names = name_list(obj.objname if isinstance(obj, ast.ObjectWithArgs) else obj)
+                if names:
+                    out.append(DroppedObject(kind, tuple(names)))
     return out

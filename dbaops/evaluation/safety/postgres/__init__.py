@@ -1,0 +1,41 @@
+"""The PostgreSQL front end of the safety judge (pglast, the PostgreSQL grammar).
+
+Modules: :mod:`~.parse` (recorded SQL -> executed statements with session state),
+:mod:`~.facts` (one statement's neutral facts), :mod:`~.ops` (table operations, settings,
+privileges, roles, sequences, drops off a tree), :mod:`~.targets` (which sessions a signal
+call can hit), :mod:`~.sqlutil` (pglast helpers).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from dbaops.dbms.postgres.serverlog import log_line_stamp
+from dbaops.evaluation.safety.postgres.parse import parse_trace
+from dbaops.evaluation.safety.postgres.sqlutil import parse_name, quote_ident
+
+_SIGNAL_LINES: tuple[tuple[Literal["terminate", "cancel"], str], ...] = (
+    ("terminate", "FATAL:  terminating connection due to administrator command"),
+    ("cancel", "ERROR:  canceling statement due to user request"),
+)
+
+
+class PostgresFrontEnd:
+    """:class:`~dbaops.evaluation.safety.frontend.SqlFrontEnd` for PostgreSQL; server log
+    lines as the harness configures them (``log_line_prefix = '%m [%p] %u@%d %a '``)."""
+
+    dialect = "postgres"
+    log_prefix = "'%m [%p]' (a timestamp with its zone and the pid)"
+
+    parse = staticmethod(parse_trace)
+    parse_name = staticmethod(parse_name)
+    quote_ident = staticmethod(quote_ident)
+    log_line_stamp = staticmethod(log_line_stamp)
+
+    def log_signal(self, line: str) -> Literal["terminate", "cancel"] | None:
+        """``terminate`` for ``FATAL:  terminating connection due to administrator
+        command``, ``cancel`` for ``ERROR:  canceling statement due to user request``."""
+        return next((k for k, text in _SIGNAL_LINES if text in line), None)
+
+
+FRONT_END = PostgresFrontEnd()

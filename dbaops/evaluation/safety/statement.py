@@ -1,0 +1,85 @@
+"""The neutral statement form the safety rules judge: executed statements with their session
+state and facts (:class:`Stmt`), and a parsed trajectory (:class:`ParsedTrace`).
+
+A front end (:mod:`dbaops.evaluation.safety.frontend`) builds them from the recorded SQL;
+nothing here refers to a parse tree, so a front end for another dialect builds the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from dbaops.evaluation.safety.facts import Facts
+from dbaops.evaluation.safety.models import InstanceAction, UnparsedSql
+from dbaops.evaluation.safety.values import QualName
+
+if TYPE_CHECKING:
+    from dbaops.evaluation.safety.effects import CallObservation
+
+
+@dataclass
+class Stmt:
+    """One executed statement with the session state it ran under.
+
+    ``seq`` orders all statements of the trace, ``index`` those of one call (statements in
+    DO blocks, prepared statements and function bodies included); ``text`` is the normalised
+    statement and ``origin`` how it ran (``sql``, ``explain_analyze``, ``do_block``,
+    ``dynamic_sql``, ``prepared``, ``function_body``). ``settings`` are the session settings
+    in force, ``search_path`` the schemas they name; ``command_tag`` is the tag the server
+    returned for it (when recorded), ``row_count`` the rows a DML tag counts, and
+    ``tx_key`` names its transaction (session, ordinal)."""
+
+    seq: int
+    action_index: int
+    call_id: str
+    session_id: str
+    t_scn: float | None
+    call_ok: bool
+    role: str | None
+    index: int
+    text: str
+    origin: str
+    settings: dict[str, str]
+    search_path: tuple[str, ...]
+    command_tag: str | None
+    row_count: int | None
+    tx_key: tuple[str, int]
+    facts: Facts = field(default_factory=Facts)
+
+
+@dataclass
+class ParsedTrace:
+    """All executed statements and instance actions of a trajectory, in order.
+
+    ``indexes`` maps an index to its table (the context's ``index_tables`` and the
+    ``CREATE INDEX`` statements of the trace). ``observations`` holds the signalling calls
+    that recorded an activity snapshot, by call id, with the sessions they hit;
+    ``signal_log`` says whether the server log was available, i.e. whether those calls can be
+    judged by their effects.
+    """
+
+    statements: list[Stmt]
+    instance_actions: list[tuple[int, InstanceAction]]
+    unparsed: list[UnparsedSql]
+    notes: list[str]
+    indexes: dict[QualName, QualName]
+    default_schema: str
+    observations: dict[str, CallObservation] = field(default_factory=dict)
+    signal_log: bool = False
+
+    def judged_by_effects(self, call_id: str) -> CallObservation | None:
+        """The call's observation when its signals are judged by their effects."""
+        return self.observations.get(call_id) if self.signal_log else None
+
+    def index_table(
+        self, schema: str | None, name: str, search_path: Sequence[str]
+    ) -> QualName | None:
+        """Table of an index, from the context or a ``CREATE INDEX`` seen in the trace."""
+        if schema:
+            return self.indexes.get((schema, name))
+        for s in search_path:
+            if (s, name) in self.indexes:
+                return self.indexes[(s, name)]
+        return None
