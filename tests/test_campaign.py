@@ -17,6 +17,8 @@ import yaml
 from dbaops.analysis.report import build_report
 from dbaops.campaign import Manifest, load_campaign_spec, plan, run_campaign
 from dbaops.campaign.executor import CampaignError, open_manifest
+from dbaops.record.kinds import PhaseRecord
+from dbaops.record.load import load_run
 from dbaops.scenario.loader import ScenarioError
 
 pytestmark = pytest.mark.anyio
@@ -133,6 +135,18 @@ async def test_an_interrupted_campaign_resumes_to_exactly_one_scored_run_per_pla
     assert len(kept) == len(cut)
     report = build_report(out / "runs", tmp_path / "report")
     assert report.n_runs == 8 and report.n_valid == 8
+    # The workers of a scenario share its snapshot: built at most once per scenario, however
+    # many workers restored it.
+    runs = [load_run(p) for p in run_dirs]
+    captures = [
+        r.header.scenario_id
+        for r in runs
+        for rec in r.records
+        if isinstance(rec, PhaseRecord) and rec.phase == "snapshot_capture" and r.header
+    ]
+    assert len(captures) == len(set(captures)) <= 2
+    keys = {(r.header.scenario_id, r.header.settings["snapshot"]) for r in runs if r.header}
+    assert len(keys) == 2
 
 
 def test_the_same_campaign_runs_as_ray_tasks_on_a_local_ray_instance(tmp_path: Path) -> None:

@@ -94,3 +94,41 @@ async def test_a_preparation_starts_from_a_pristine_cluster() -> None:
     finally:
         await cluster.stop()
         shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+async def test_a_snapshot_one_cluster_captured_is_restored_by_another_of_its_group() -> None:
+    """Campaign workers of one scenario share its snapshots: a restore on another cluster
+    rebases the data directory (socket and archive directories), so the copy is its own."""
+    a = await PostgresCluster.open("group-a", snapshot_group="shared-group")
+    b = await PostgresCluster.open("group-b", snapshot_group="shared-group")
+    assert a.snapshot_root == b.snapshot_root and a.root != b.root
+    try:
+        await a.start()
+        conn = await a.connect()
+        try:
+            await conn.execute("CREATE TABLE made_on_a (x int); INSERT INTO made_on_a VALUES (7)")
+        finally:
+            await conn.close()
+        async with a.snapshot_lock(exclusive=True):
+            await a.capture_snapshot("s")
+        await a.stop()
+        async with b.snapshot_lock(exclusive=False):
+            assert b.has_snapshot("s")
+            await b.restore_snapshot("s")
+        conf = (b.datadir / "postgresql.conf").read_text()
+        assert str(b.root) in conf and str(a.root) not in conf
+        conn = await b.connect()
+        try:
+            assert await conn.fetchval("SELECT x FROM made_on_a") == 7
+            assert await conn.fetchval("SHOW data_directory") == str(b.datadir)
+        finally:
+            await conn.close()
+        archived_before = set(a.archive_dir.glob("*"))
+        _, failed = await _switch_and_wait_archived(b)
+        assert failed == 0 and any(b.archive_dir.iterdir())
+        assert set(a.archive_dir.glob("*")) == archived_before  # nothing written into a's
+    finally:
+        for c in (a, b):
+            await c.stop()
+            shutil.rmtree(c.root, ignore_errors=True)
+        shutil.rmtree(a.snapshot_root, ignore_errors=True)

@@ -683,9 +683,18 @@ def clean(
     home = dbaops_home()
     root = home / "clusters"
     targets = [p for p in sorted(root.glob("*")) if p.is_dir()] if root.exists() else []
+    stores = home / "snapshots"
+    snapshots = [p for p in sorted(stores.glob("*")) if p.is_dir()] if stores.exists() else []
     if scenarios:
-        wanted = {cluster_dir_name(s, home) for s in scenarios}
-        targets = [p for p in targets if p.name.rsplit("-pg", 1)[0] in wanted]
+        # a scenario's own cluster and its campaign workers' (dbaops campaign --workers)
+        names = [n for s in scenarios for n in (s, *(f"{s}-w{i}" for i in range(1, 17)))]
+        wanted = {cluster_dir_name(n, home) for n in names}
+
+        def of_scenario(name: str) -> bool:
+            return name.rsplit("-pg", 1)[0] in wanted
+
+        targets = [p for p in targets if of_scenario(p.name)]
+        snapshots = [p for p in snapshots if of_scenario(p.name)]
     for path in targets:
         pidfile = path / "data" / "postmaster.pid"
         if pidfile.exists():
@@ -698,7 +707,10 @@ def clean(
                 pass
         shutil.rmtree(path, ignore_errors=True)
         console.print(f"removed {path}")
-    if not targets:
+    for path in snapshots:
+        shutil.rmtree(path, ignore_errors=True)
+        console.print(f"removed {path}")
+    if not targets and not snapshots:
         console.print(f"nothing to remove under {root}")
 
 

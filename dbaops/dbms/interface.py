@@ -41,6 +41,11 @@ class ServerRequest(BaseModel):
     name: str = Field(description="the embedded server's name (one per scenario or worker)")
     dsn: str | None = Field(default=None, description="a user's own server instead")
     bindir: Path | None = Field(default=None, description="the engine's binaries")
+    snapshot_group: str | None = Field(
+        default=None,
+        description="servers of one group share their dirty snapshots (the campaign workers "
+        "of one scenario); default: the server's own name",
+    )
 
 
 class DatabaseServer(Protocol):

@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.server import PostgresBackend
 from dbaops.engine.actors import ActorContext, run_fault
@@ -50,13 +51,40 @@ async def prepare_state(
         history = None
     key = preparation_key(sc, lib, version, history)
     cluster = backend.cluster
-    endpoint = backend.for_database(lib.database)
-    if cluster is not None and cluster.has_snapshot(key) and not fresh:
-        meta = json.loads((cluster.snapshot_root / key / "prep.json").read_text())
-        seconds = await cluster.restore_snapshot(key)
-        trace.write(PhaseRecord(phase="restore", duration_s=seconds, detail={"snapshot": key}))
-        return meta
+    if cluster is None:
+        return await _build_state(sc, lib, backend, trace, clock, history, key, version)
+    if not fresh:
+        async with cluster.snapshot_lock(exclusive=False):
+            if cluster.has_snapshot(key):
+                return await _restore(cluster, key, trace)
+    async with cluster.snapshot_lock(exclusive=True):
+        if cluster.has_snapshot(key) and not fresh:  # another worker built it meanwhile
+            return await _restore(cluster, key, trace)
+        return await _build_state(sc, lib, backend, trace, clock, history, key, version)
 
+
+async def _restore(cluster: PostgresCluster, key: str, trace: RecordSink) -> dict[str, Any]:
+    """Restore snapshot ``key`` (under the group's lock); its preparation metadata."""
+    meta: dict[str, Any] = json.loads((cluster.snapshot_root / key / "prep.json").read_text())
+    seconds = await cluster.restore_snapshot(key)
+    trace.write(PhaseRecord(phase="restore", duration_s=seconds, detail={"snapshot": key}))
+    return meta
+
+
+async def _build_state(
+    sc: Scenario,
+    lib: WorkloadLibrary,
+    backend: PostgresBackend,
+    trace: RecordSink,
+    clock: ScenarioClock,
+    history: History | None,
+    key: str,
+    version: str,
+) -> dict[str, Any]:
+    """Build the dirty state from initdb and (embedded: under the group's exclusive lock)
+    capture it as snapshot ``key``, then restore it so every run starts from the copy."""
+    cluster = backend.cluster
+    endpoint = backend.for_database(lib.database)
     t0 = time.monotonic()
     if cluster is not None:
         await cluster.reinitialize()
@@ -110,7 +138,7 @@ async def prepare_state(
     }
     if cluster is not None:
         for stale in cluster.snapshot_root.glob("*"):  # snapshots of an older preparation
-            if stale.name != key:
+            if stale.is_dir() and stale.name != key:
                 cluster.drop_snapshot(stale.name)
         capture_s = await cluster.capture_snapshot(key)
         (cluster.snapshot_root / key / "prep.json").write_text(json.dumps(meta))
@@ -119,8 +147,7 @@ async def prepare_state(
         trace.write(
             PhaseRecord(phase="snapshot_capture", duration_s=capture_s, detail={"snapshot": key})
         )
-        seconds = await cluster.restore_snapshot(key)
-        trace.write(PhaseRecord(phase="restore", duration_s=seconds, detail={"snapshot": key}))
+        return await _restore(cluster, key, trace)
     return meta
 
 

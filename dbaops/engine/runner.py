@@ -358,7 +358,10 @@ async def _open_server(ctx: RunContext) -> PostgresBackend:
     ctx.monitor.phase = "starting server"
     options = ctx.options
     request = ServerRequest(
-        name=options.cluster or ctx.sc.id, dsn=options.dsn, bindir=options.pg_bindir
+        name=options.cluster or ctx.sc.id,
+        dsn=options.dsn,
+        bindir=options.pg_bindir,
+        snapshot_group=ctx.sc.id,  # every worker's cluster of this scenario shares them
     )
     backend = postgres_server(await ctx.engine.open_server(request))
     ctx.backend = backend

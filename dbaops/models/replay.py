@@ -35,7 +35,7 @@ from dbaops.models.errors import InfraError, ModelError, ModelRequestError
 from dbaops.models.registry import ModelSpec
 from dbaops.models.text_tools import normalize_tools
 from dbaops.record.kinds import CallRecord, Record, ReplayDivergence
-from dbaops.record.trace import read_trace
+from dbaops.record.load import load_run
 
 
 class ReplayExhausted(ModelError):
@@ -52,13 +52,14 @@ class ReplayDivergenceError(ModelError):
 
 def load_call_records(run_dir: str | os.PathLike[str]) -> list[CallRecord]:
     """The ``model_call`` records of a run directory, in trace order."""
-    out: list[CallRecord] = []
-    for rec in read_trace(Path(run_dir)):
-        if isinstance(rec, CallRecord):
-            out.append(rec)
-        elif getattr(rec, "kind", None) == "model_call":
-            out.append(CallRecord.model_validate(rec.model_dump()))
-    return out
+    calls = load_run(Path(run_dir)).model_calls
+    partial = [c.seq for c in calls if not c.request_sha256]
+    if partial:
+        raise ValueError(
+            f"{run_dir}: model calls {partial} are of an older record schema and cannot be "
+            "replayed (they still count for the run's cost)"
+        )
+    return calls
 
 
 def request_sha256(

@@ -17,7 +17,8 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -123,9 +124,16 @@ def free_port() -> int:
 class PostgresCluster:
     """One embedded cluster directory with its server process."""
 
-    def __init__(self, root: Path, binaries: PgBinaries, os_user: str | None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        binaries: PgBinaries,
+        os_user: str | None,
+        snapshot_root: Path | None = None,
+    ) -> None:
         self._lock_fd: int | None = None
         self.root = root
+        self._snapshot_root = snapshot_root or root / "snapshots"
         self.binaries = binaries
         self.os_user = os_user
         self.port = free_port()
@@ -155,7 +163,9 @@ class PostgresCluster:
 
     @property
     def snapshot_root(self) -> Path:
-        return self.root / "snapshots"
+        """Where the dirty snapshots live: shared by every cluster of one snapshot group (the
+        campaign workers of one scenario), read-only while a run restores from them."""
+        return self._snapshot_root
 
     @property
     def log_path(self) -> Path:
@@ -171,8 +181,11 @@ class PostgresCluster:
         home: Path | None = None,
         binaries: PgBinaries | None = None,
         settings: dict[str, str] | None = None,
+        snapshot_group: str | None = None,
     ) -> PostgresCluster:
-        """Open (initdb if new) the cluster ``name`` under ``home``; it is not started."""
+        """Open (initdb if new) the cluster ``name`` under ``home``; it is not started. Its
+        snapshots are those of ``snapshot_group`` (default: its own name), shared with every
+        cluster of the group."""
         bins = binaries or find_binaries()
         os_user: str | None = None
         base = home or dbaops_home()
@@ -191,7 +204,8 @@ class PostgresCluster:
         if os_user:
             os.chmod(base, 0o755)
             os.chmod(base / "clusters", 0o755)
-        cluster = cls(root, bins, os_user)
+        group = f"{cluster_dir_name(snapshot_group or name, base)}-pg{bins.major}"
+        cluster = cls(root, bins, os_user, base / "snapshots" / group)
         if not (cluster.datadir / "PG_VERSION").exists():
             await cluster._initdb(settings or {})
         return cluster
@@ -494,6 +508,25 @@ class PostgresCluster:
             os.chown(self.snapshot_root, 0, 0)
             os.chmod(self.snapshot_root, 0o700)
 
+    @asynccontextmanager
+    async def snapshot_lock(self, *, exclusive: bool) -> AsyncIterator[None]:
+        """Hold the snapshot group's lock: shared while restoring (several workers restore at
+        once), exclusive while checking, building and capturing (one builds, the others wait
+        and then restore what it captured)."""
+        self._seal_snapshots()
+        fd = os.open(self.snapshot_root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+            while True:
+                try:
+                    fcntl.flock(fd, mode)
+                    break
+                except BlockingIOError:
+                    await anyio.sleep(0.2)  # another worker holds it (cancellable wait)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor drops the flock
+
     def has_snapshot(self, name: str) -> bool:
         return (self.snapshot_root / name / ".complete").exists()
 
@@ -510,6 +543,7 @@ class PostgresCluster:
             shutil.rmtree(target)
         target.mkdir(parents=True)
         await self._run("cp", "-a", str(self.datadir), str(target / "data"), as_service=False)
+        (target / "origin").write_text(str(self.root))
         await self._on_volumes(lambda: self.volumes.capture(target / "volumes"))
         if self.standby is not None:
             await self._run(
@@ -532,9 +566,11 @@ class PostgresCluster:
         if self.datadir.exists():
             shutil.rmtree(self.datadir)
         self._clear_archive()
+        origin = self._snapshot_origin(name)
         await self._run(
             "cp", "-a", str(self.snapshot_root / name / "data"), str(self.datadir), as_service=False
         )
+        _rebase(self.datadir, origin, self.root)
         await self._on_volumes(lambda: self.volumes.restore(self.snapshot_root / name / "volumes"))
         self.file_size_limit_bytes = None  # a run's faults end with it
         standby_copy = self.snapshot_root / name / "standby"
@@ -549,11 +585,17 @@ class PostgresCluster:
                 shutil.rmtree(standby.datadir)
             standby.socket_dir.mkdir(parents=True, exist_ok=True)
             await self._run("cp", "-a", str(standby_copy), str(standby.datadir), as_service=False)
+            _rebase(standby.datadir, origin, self.root)
             if self.os_user:
                 chown_tree(standby.root, self.os_user)
             self._point_standby_here()
             await standby.start()
         return time.monotonic() - t0
+
+    def _snapshot_origin(self, name: str) -> Path:
+        """The cluster directory a snapshot was captured from (another worker's, maybe)."""
+        origin = self.snapshot_root / name / "origin"
+        return Path(origin.read_text()) if origin.exists() else self.root
 
     def _clear_archive(self) -> None:
         # WAL segment names repeat after a restore or initdb; archived segments of an earlier
@@ -572,3 +614,28 @@ def _parent_pid(stat: Path) -> int | None:
         return int(stat.read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _rebase(datadir: Path, origin: Path, root: Path) -> None:
+    """Make a data directory captured in cluster ``origin`` belong to cluster ``root``: its
+    configuration names the origin's socket and archive directories, its tablespace links
+    the origin's volumes."""
+    if origin == root:
+        return
+    old, new = str(origin), str(root)
+    for conf in ("postgresql.conf", "postgresql.auto.conf"):
+        path = datadir / conf
+        if path.exists():
+            text = path.read_text()
+            if old in text:
+                stat = path.stat()
+                path.write_text(text.replace(old, new))
+                os.chown(path, stat.st_uid, stat.st_gid)
+    links = datadir / "pg_tblspc"
+    for link in links.iterdir() if links.exists() else []:
+        target = os.readlink(link)
+        if link.is_symlink() and target.startswith(old + os.sep):
+            stat = link.lstat()
+            link.unlink()
+            link.symlink_to(new + target[len(old) :])
+            os.lchown(link, stat.st_uid, stat.st_gid)

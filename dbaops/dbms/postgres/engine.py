@@ -81,7 +81,7 @@ class PostgresEngine(DatabaseEngine):
     async def open_server(self, request: ServerRequest) -> PostgresBackend:
         if request.dsn:
             return await external_backend(request.dsn)
-        return await embedded_backend(request.name, request.bindir)
+        return await embedded_backend(request.name, request.bindir, request.snapshot_group)
 
     def metric_sampler(
         self, server: DatabaseServer, database: str, clock: ScenarioClock, parts: ParquetParts

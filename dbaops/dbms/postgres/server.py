@@ -91,9 +91,16 @@ class PostgresBackend:
         return info
 
 
-async def embedded_backend(name: str, bindir: Path | None = None) -> PostgresBackend:
-    """Open (initdb if needed) and start the embedded cluster ``name``."""
-    cluster = await PostgresCluster.open(name, binaries=find_binaries(bindir) if bindir else None)
+async def embedded_backend(
+    name: str, bindir: Path | None = None, snapshot_group: str | None = None
+) -> PostgresBackend:
+    """Open (initdb if needed) and start the embedded cluster ``name`` (its snapshots those of
+    ``snapshot_group``)."""
+    cluster = await PostgresCluster.open(
+        name,
+        binaries=find_binaries(bindir) if bindir else None,
+        snapshot_group=snapshot_group,
+    )
     cluster.acquire()
     try:
         await cluster.start()
