@@ -340,6 +340,7 @@ def verdict_from_store(
                 verdict="unknown",
                 unknown_reason=REASON_NOT_JUDGED,
                 final=False,
+                t_wall=None,  # a verdict is a pure function of the record: no scoring time
             )
         judgments.append(found)
     ids = {(j.judge_model, j.judge_model_id) for j in judgments if j.cached}

@@ -127,7 +127,10 @@ class ConditionJudgment(BaseModel):
     condition_hash: str
     final: bool = True
     cached: bool = Field(default=False, exclude=True)
-    t_wall: float = Field(default_factory=time.time)
+    t_wall: float | None = Field(
+        default_factory=time.time,
+        description="when the judge answered (None: not judged, a placeholder of a scoring)",
+    )
     request_hash: str | None = None
     response_id: str | None = None
     raw_response: str | None = None  # the judge's answer text (capped)
