@@ -5,7 +5,8 @@ the runner everything engine-specific:
 
 - the server lifecycle: :meth:`DatabaseEngine.open_server` starts the embedded server (or
   connects to a user's server by DSN; containers are another lifecycle behind the same call)
-  and returns a :class:`DatabaseServer`: endpoints, snapshot capture/restore, log files;
+  and returns a :class:`DatabaseServer`: connection endpoints, snapshot capture/restore
+  (:class:`SnapshotStore`), log files;
 - the agent's five tool roles (``execute_sql``, ``query_metrics``, ``manage_instance``,
   ``read_log``, ``query_knowledge_base``): :meth:`DatabaseEngine.tool_catalog`;
 - the metric sampler's queries: :meth:`DatabaseEngine.metric_sampler`;
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -48,6 +50,31 @@ class ServerRequest(BaseModel):
     )
 
 
+class SnapshotStore(Protocol):
+    """A server's dirty snapshots, shared read-only by the servers of one snapshot group."""
+
+    @property
+    def root(self) -> Path:
+        """The directory of the group's snapshots (one subdirectory per key)."""
+        ...
+
+    def has(self, key: str) -> bool: ...
+
+    async def capture(self, key: str) -> float:
+        """Copy the server's state into snapshot ``key``; returns seconds."""
+        ...
+
+    async def restore(self, key: str) -> float:
+        """Replace the server's state with snapshot ``key`` and start it; returns seconds."""
+        ...
+
+    def drop(self, key: str) -> None: ...
+
+    def lock(self, *, exclusive: bool) -> AbstractAsyncContextManager[None]:
+        """Shared while restoring, exclusive while checking, building and capturing."""
+        ...
+
+
 class DatabaseServer(Protocol):
     """A running server of one run: embedded (with instance control and snapshots) or
     external (a user's server: neither)."""
@@ -62,6 +89,15 @@ class DatabaseServer(Protocol):
         ...
 
     async def server_version(self) -> str: ...
+
+    def for_database(self, database: str) -> Any:
+        """The connection endpoint of ``database`` on this server."""
+        ...
+
+    @property
+    def snapshots(self) -> SnapshotStore | None:
+        """The server's snapshot store (None: the server cannot be snapshotted)."""
+        ...
 
     def log_files(self) -> dict[str, Path]:
         """The server's own log file per server of the run (``primary``, ``standby``);

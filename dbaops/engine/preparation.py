@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from dbaops.clock import ScenarioClock
-from dbaops.dbms.postgres.cluster import PostgresCluster
+from dbaops.dbms.interface import SnapshotStore
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.server import PostgresBackend
 from dbaops.engine.actors import ActorContext, run_fault
@@ -50,23 +50,23 @@ async def prepare_state(
         trace.write(PhaseRecord(phase="history", detail={"skipped": "needs the embedded backend"}))
         history = None
     key = preparation_key(sc, lib, version, history)
-    cluster = backend.cluster
-    if cluster is None:
+    store = backend.snapshots
+    if store is None:
         return await _build_state(sc, lib, backend, trace, clock, history, key, version)
     if not fresh:
-        async with cluster.snapshot_lock(exclusive=False):
-            if cluster.has_snapshot(key):
-                return await _restore(cluster, key, trace)
-    async with cluster.snapshot_lock(exclusive=True):
-        if cluster.has_snapshot(key) and not fresh:  # another worker built it meanwhile
-            return await _restore(cluster, key, trace)
+        async with store.lock(exclusive=False):
+            if store.has(key):
+                return await _restore(store, key, trace)
+    async with store.lock(exclusive=True):
+        if store.has(key) and not fresh:  # another worker built it meanwhile
+            return await _restore(store, key, trace)
         return await _build_state(sc, lib, backend, trace, clock, history, key, version)
 
 
-async def _restore(cluster: PostgresCluster, key: str, trace: RecordSink) -> dict[str, Any]:
+async def _restore(store: SnapshotStore, key: str, trace: RecordSink) -> dict[str, Any]:
     """Restore snapshot ``key`` (under the group's lock); its preparation metadata."""
-    meta: dict[str, Any] = json.loads((cluster.snapshot_root / key / "prep.json").read_text())
-    seconds = await cluster.restore_snapshot(key)
+    meta: dict[str, Any] = json.loads((store.root / key / "prep.json").read_text())
+    seconds = await store.restore(key)
     trace.write(PhaseRecord(phase="restore", duration_s=seconds, detail={"snapshot": key}))
     return meta
 
@@ -136,18 +136,19 @@ async def _build_state(
         "prepare_s": time.monotonic() - t0,
         "history": history_summary,
     }
-    if cluster is not None:
-        for stale in cluster.snapshot_root.glob("*"):  # snapshots of an older preparation
+    store = backend.snapshots
+    if store is not None and cluster is not None:
+        for stale in store.root.glob("*"):  # snapshots of an older preparation
             if stale.is_dir() and stale.name != key:
-                cluster.drop_snapshot(stale.name)
-        capture_s = await cluster.capture_snapshot(key)
-        (cluster.snapshot_root / key / "prep.json").write_text(json.dumps(meta))
+                store.drop(stale.name)
+        capture_s = await store.capture(key)
+        (store.root / key / "prep.json").write_text(json.dumps(meta))
         if history_summary is not None:
-            shutil.move(cluster.root / "history-staging", cluster.snapshot_root / key / "history")
+            shutil.move(cluster.root / "history-staging", store.root / key / "history")
         trace.write(
             PhaseRecord(phase="snapshot_capture", duration_s=capture_s, detail={"snapshot": key})
         )
-        return await _restore(cluster, key, trace)
+        return await _restore(store, key, trace)
     return meta
 
 

@@ -366,8 +366,8 @@ async def _open_server(ctx: RunContext) -> PostgresBackend:
     backend = postgres_server(await ctx.engine.open_server(request))
     ctx.backend = backend
     _refuse_elevated(ctx.sc, backend)
-    if backend.cluster is not None:
-        _protect_from_server([backend.cluster.snapshot_root])
+    if backend.snapshots is not None:
+        _protect_from_server([backend.snapshots.root])
     return backend
 
 
@@ -432,9 +432,10 @@ def _equip(ctx: RunContext, prepared: Prepared) -> Equipment:
     if ctx.options.metrics:
         ctx.metric_parts = ParquetParts(rd.metrics_dir, rd.metrics, METRIC_SCHEMA)
         sampler = ctx.engine.metric_sampler(backend, ctx.lib.database, clock, ctx.metric_parts)
-    if prepared.meta.get("history") and backend.cluster is not None:
+    store = backend.snapshots
+    if prepared.meta.get("history") and store is not None:
         past_metrics, past_samples = load_history(
-            backend.cluster.snapshot_root / prepared.meta["key"] / "history",
+            store.root / prepared.meta["key"] / "history",
             ends_at_s=-sc.preparation.warmup_s,
         )
         ctx.parts.append(past_samples)

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from dbaops.dbms.registry import get_engine
 from dbaops.evaluation.compliance import ServiceComplianceVerdict, evaluate_service_compliance
 from dbaops.evaluation.diagnosis import DiagnosisVerdict, verdict_from_store
 from dbaops.evaluation.report_checks import judge_report_check
@@ -305,6 +306,7 @@ def score_loaded_run(run: RunData) -> RunVerdict:
         restorable_gucs=scenario_changed_gucs(faults, sc.database.settings, role_level=False),
         restorable_role_gucs=scenario_changed_role_gucs(faults),
         superuser_roles=[r.name for r in sc.database.extend.roles if r.superuser],
+        dialect=get_engine(sc.engine).dialect,  # the SQL the scenario's engine speaks
     )
     outcome: bool | None = None
     if complete and manifested:

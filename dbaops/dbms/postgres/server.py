@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,32 @@ import asyncpg
 from dbaops.dbms.postgres.binaries import find_binaries
 from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
+
+
+@dataclass
+class ClusterSnapshots:
+    """The embedded cluster's snapshot group as a :class:`~dbaops.dbms.interface.SnapshotStore`."""
+
+    cluster: PostgresCluster
+
+    @property
+    def root(self) -> Path:
+        return self.cluster.snapshot_root
+
+    def has(self, key: str) -> bool:
+        return self.cluster.has_snapshot(key)
+
+    async def capture(self, key: str) -> float:
+        return await self.cluster.capture_snapshot(key)
+
+    async def restore(self, key: str) -> float:
+        return await self.cluster.restore_snapshot(key)
+
+    def drop(self, key: str) -> None:
+        self.cluster.drop_snapshot(key)
+
+    def lock(self, *, exclusive: bool) -> AbstractAsyncContextManager[None]:
+        return self.cluster.snapshot_lock(exclusive=exclusive)
 
 
 @dataclass
@@ -53,6 +80,11 @@ class PostgresBackend:
             return str(await conn.fetchval("SHOW server_version"))
         finally:
             await conn.close()
+
+    @property
+    def snapshots(self) -> ClusterSnapshots | None:
+        """The embedded cluster's snapshots (an external server has none)."""
+        return ClusterSnapshots(self.cluster) if self.cluster is not None else None
 
     def log_files(self) -> dict[str, Path]:
         """The embedded servers' own log files (an external server's log is not reachable)."""
