@@ -209,6 +209,7 @@ class MetricSampler:
         self._caps: Capabilities | None = None
         self._stmt: Any = None  # asyncpg PreparedStatement of the sample SQL
         self._backoff = backoff_initial_s
+        self.last_sample_t = 0.0  # scenario time of the last sample taken
         self._pgss_prev: dict[int, _PgssRow] | None = None
         self._own_qids: set[int] = set()
         self._tags: dict[int, str | None] = {}
@@ -249,7 +250,11 @@ class MetricSampler:
                     await self.flush()
                 now = self._clock.mono()
                 if ok:
-                    next_mono = max(next_mono + self.wall_interval(), now)
+                    # One interval after the sample's own timestamp at the earliest: a sample
+                    # that started late (a busy event loop) does not bring the next one closer.
+                    taken = self._clock.to_mono(self.last_sample_t)
+                    interval = self.wall_interval()
+                    next_mono = max(next_mono + interval, taken + interval, now)
                 else:
                     next_mono = now + max(self.wall_interval(), self._backoff)
         finally:
@@ -265,6 +270,7 @@ class MetricSampler:
             conn = await self._ensure_connection()
             connected = True
             t = self._clock.now()  # connecting may have taken a while
+            self.last_sample_t = t
             await self._sample(conn, t)
         except Exception as exc:  # never crash the run: record a gap
             self._record_failure(t, exc, connected)
