@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from dbaops.engine.runner import RunOptions, run_scenario
@@ -154,3 +155,58 @@ async def test_dead_model_endpoint_ends_the_run_as_infra_error(
     verdict = score_run(result.run_dir)
     assert verdict.status == "infra_error"
     assert verdict.outcome_pass is None  # never scored as an agent failure
+
+
+async def test_a_replay_needs_only_the_recorded_run_and_is_kept_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Live: a scripted model that also makes two calls the harness cannot run (an unknown
+    tool, arguments that are not JSON). Replay: no --model, no registry file, no key."""
+    from dbaops.analysis.report import build_report
+    from dbaops.analysis.series import run_series
+    from dbaops.record.load import load_run
+
+    monkeypatch.setenv("DBAOPS_TEST_KEY", SECRET)
+    bad = [
+        ScriptedResponse.tool_call("drop_everything", {}),
+        ScriptedResponse.tool_call("execute_sql", "{not json"),
+    ]
+    with OpenAITestServer(bad + FIX_STALE_STATISTICS) as server:
+        models = _models_file(tmp_path, server.base_url)
+        options = RunOptions(
+            model="scripted", models_file=models, time_scale=0.1, runs_dir=tmp_path / "runs"
+        )
+        live = await run_scenario("pg-qt-01", options)
+    assert live.status == "completed"
+    rejected = [
+        r
+        for r in read_trace(live.run_dir)
+        if isinstance(r, ToolCallRecord) and r.status == "rejected"
+    ]
+    assert [(r.tool, r.error) for r in rejected] == [
+        ("drop_everything", "unknown_tool"),
+        ("execute_sql", "malformed_arguments"),
+    ]
+    assert "no tool named 'drop_everything'" in rejected[0].observation
+    assert rejected[1].detail["raw_arguments"] == "{not json"
+    series = run_series(live.run_dir)
+    assert series.tool_calls.filter(pl.col("status") == "rejected").height == 2
+    assert series.model_calls.height == 7  # drawn in the agent lane with their latency
+
+    monkeypatch.delenv("DBAOPS_TEST_KEY")
+    replay = await run_scenario(
+        "pg-qt-01",
+        RunOptions(replay_model=live.run_dir, time_scale=0.1, runs_dir=tmp_path / "runs"),
+    )
+    assert replay.status == "completed"
+    assert replay.run_dir.name.split("-", 1)[1].startswith("replay-react")
+    header = load_run(replay.run_dir).header
+    assert header is not None and header.agent == "replay:react:scripted"
+    assert header.agent_kind == "replay" and header.settings["replay_of"] == str(live.run_dir)
+    assert _sql_calls(replay.run_dir) == _sql_calls(live.run_dir)
+    verdict = score_run(replay.run_dir)
+    assert verdict.outcome_pass is True and verdict.cost.cost_usd == 0.0
+    assert verdict.cost.input_tokens == 0  # what the recorded calls cost is not spent again
+    report = build_report(tmp_path / "runs", tmp_path / "report")
+    systems = set(report.runs["system"].to_list())
+    assert len(systems) == 2 and any("replay" in s for s in systems)

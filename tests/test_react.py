@@ -19,7 +19,7 @@ import pytest
 
 from dbaops.agents import react_prompts as P
 from dbaops.agents.base import Agent, AgentSession, Budget
-from dbaops.agents.react import ReactAgent
+from dbaops.agents.react import ReactAgent, _chars
 from dbaops.clock import ScenarioClock
 from dbaops.models import InfraError, ModelSpec, Prices, RetryPolicy
 from dbaops.models.replay import ReplayExhausted, ReplayModelClient
@@ -29,6 +29,7 @@ from dbaops.record.kinds import (
     CompactionRecord,
     Record,
     ReplayDivergence,
+    ToolCallRecord,
 )
 from dbaops.record.trace import TraceWriter
 from dbaops.testing import OpenAITestServer, ScriptedResponse, dead_base_url
@@ -249,8 +250,9 @@ async def test_bad_calls_are_observations_and_text_replies_are_nudged() -> None:
         step(call("submit_report", REPORT)),
     ]
     env = FakeEnv()
+    records: list[Record] = []
     with OpenAITestServer(script) as server:
-        agent = ReactAgent(spec_for(server.base_url))
+        agent = ReactAgent(spec_for(server.base_url), record=records.append)
         await run_agent(agent, env.session_for())
         last = server.chat_requests[-1].body["messages"]
     assert env.tool_names == ["submit_report", "submit_report"]
@@ -259,6 +261,13 @@ async def test_bad_calls_are_observations_and_text_replies_are_nudged() -> None:
     assert "no tool named 'drop_everything'" in tool_texts[0]
     assert "not a valid JSON object" in tool_texts[1]
     assert tool_texts[2].startswith("ERROR: summary is required")
+    # the two calls the harness could not run are recorded with what the model was told
+    rejected = [r for r in records if isinstance(r, ToolCallRecord)]
+    assert [(r.tool, r.detail["raw_arguments"], r.error, r.status) for r in rejected] == [
+        ("drop_everything", "{}", "unknown_tool", "rejected"),
+        ("execute_sql", "{not json", "malformed_arguments", "rejected"),
+    ]
+    assert [r.observation for r in rejected] == tool_texts[:2]
     assert any(m["role"] == "user" and m["content"] == P.NUDGE_BOUNDED for m in last)
     assert_pairing(last)
 
@@ -330,9 +339,15 @@ async def test_text_mode_model_and_reasoning_echo() -> None:
         step(call("submit_report", REPORT)),
     ]
     with OpenAITestServer(native) as server:
-        await run_agent(ReactAgent(spec_for(server.base_url)), FakeEnv().session_for())
+        echoing = spec_for(server.base_url, echo_reasoning=True)
+        await run_agent(ReactAgent(echoing), FakeEnv().session_for())
         assistant = server.chat_requests[1].body["messages"][2]
     assert assistant["role"] == "assistant" and assistant["reasoning_content"] == "deliberate"
+    # a per-model setting: by default no server is sent a field it may reject
+    with OpenAITestServer(native) as server:
+        await run_agent(ReactAgent(spec_for(server.base_url)), FakeEnv().session_for())
+        assistant = server.chat_requests[1].body["messages"][2]
+    assert assistant["role"] == "assistant" and "reasoning_content" not in assistant
 
 
 @pytest.mark.anyio
@@ -432,6 +447,39 @@ async def test_compaction_keeps_first_two_and_last_two_rounds() -> None:
     later = [b for b in bodies if b["messages"][0]["content"] == P.SUMMARY_SYSTEM][1]
     assert f"SUMMARY-{k}" in later["messages"][1]["content"]
     assert compactions[1].summarised_rounds[0] == k - 2
+
+
+@pytest.mark.anyio
+async def test_one_huge_reply_does_not_make_compaction_thrash() -> None:
+    """A 20,000-character reply in a round that compaction keeps: it is clipped once, and the
+    turns after it make no summary call that would save almost nothing."""
+    state = {"agent_calls": 0}
+
+    def script(body: dict[str, Any]) -> ScriptedResponse:
+        if body["messages"][0]["content"] == P.SUMMARY_SYSTEM:
+            return ScriptedResponse.text("SUMMARY: looked around.")
+        state["agent_calls"] += 1
+        n = state["agent_calls"]
+        if n == 4:
+            return step(call("execute_sql", {"sql": "SELECT 4"}), content="y" * 20_000)
+        if n < 9:
+            return step(call("execute_sql", {"sql": f"SELECT {n}"}))
+        return step(call("submit_report", REPORT))
+
+    records: list[Record] = []
+    env = FakeEnv(sql_obs=lambda sql: f"{sql} -> " + "x" * 300)
+    with OpenAITestServer(script) as server:
+        agent = ReactAgent(spec_for(server.base_url), context_tokens=6000, record=records.append)
+        await run_agent(agent, env.session_for())
+        bodies = [r.body for r in server.chat_requests]
+    assert env.reports == [REPORT]
+    summaries = [b for b in bodies if b["messages"][0]["content"] == P.SUMMARY_SYSTEM]
+    assert len(summaries) <= 1
+    events = [r for r in records if isinstance(r, AgentEventRecord)]
+    (clip,) = [e for e in events if e.event == "clipped_oversized"]
+    assert clip.detail["messages"] == 1 and clip.detail["chars_removed"] > 10_000
+    # every later request carries the clipped reply, not the 20,000 characters
+    assert all(_chars(b["messages"]) < 20_000 for b in bodies[4:])
 
 
 # -- persistent -------------------------------------------------------------------------------
@@ -649,7 +697,10 @@ async def test_replay_reproduces_the_recorded_actions(tmp_path: Path) -> None:
     new_calls = [r for r in replayed if isinstance(r, CallRecord)]
     assert [r.request_sha256 for r in new_calls] == [r.request_sha256 for r in live_calls]
     assert [getattr(r, "replay_of_seq", None) for r in new_calls] == [1, 2, 3, 4, 5]
-    assert agent.cost_usd == pytest.approx(sum(r.cost_usd or 0 for r in live_calls))
+    # a replay costs nothing; what the recorded calls cost is kept beside
+    assert agent.cost_usd == 0.0 and all(r.usage.input_tokens == 0 for r in new_calls)
+    recorded = [getattr(r, "recorded_cost_usd", None) for r in new_calls]
+    assert recorded == [r.cost_usd for r in live_calls]
 
     # No spec given: matching by messages hash alone, spec rebuilt from the records.
     env2 = FakeEnv()

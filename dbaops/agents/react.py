@@ -44,11 +44,18 @@ import anyio
 from dbaops.agents import react_prompts as P
 from dbaops.agents.base import AgentSession
 from dbaops.models.accounting import CostMeter
-from dbaops.models.client import Completion, ModelClient, RetryPolicy
+from dbaops.models.client import Completion, ModelClient, RetryPolicy, check_endpoint
 from dbaops.models.errors import ModelRequestError
 from dbaops.models.registry import ModelSpec, load_registry
 from dbaops.models.text_tools import normalize_tools
-from dbaops.record.kinds import AgentEventRecord, CompactionRecord, Record, ToolCall, Usage
+from dbaops.record.kinds import (
+    AgentEventRecord,
+    CompactionRecord,
+    Record,
+    ToolCall,
+    ToolCallRecord,
+    Usage,
+)
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 
 Message = dict[str, Any]
@@ -56,6 +63,8 @@ Round = list[Message]
 
 SUBMIT_REPORT = "submit_report"
 SUSPEND = "suspend"
+#: What a summary is expected to cost in the context (its prompt asks for a short one).
+_SUMMARY_TOKENS = 600
 _OVERFLOW_RE = re.compile(r"context|too long|too many tokens|maximum.*tokens|length", re.I)
 
 
@@ -121,8 +130,8 @@ class ReactAgent:
     ``blob_dir`` stores request messages by hash (see ``blob_sink_for``); ``retry`` is the
     client's retry policy; ``extra_body`` is merged into every request. ``echo_reasoning`` sends
     a tool-call turn's ``reasoning_content`` back with it (required by DeepSeek's thinking mode
-    with tools; turn it off for a server that rejects the field). ``fallback_report`` submits a
-    plain-text final-round answer as the report's summary.
+    with tools; some servers reject the field); default: the model entry's ``echo_reasoning``.
+    ``fallback_report`` submits a plain-text final-round answer as the report's summary.
     """
 
     def __init__(
@@ -140,7 +149,7 @@ class ReactAgent:
         max_observation_chars: int = 20_000,
         extra_body: Mapping[str, Any] | None = None,
         fallback_report: bool = True,
-        echo_reasoning: bool = True,
+        echo_reasoning: bool | None = None,
     ) -> None:
         if turn_budget < 1:
             raise ValueError("turn_budget must be at least 1")
@@ -162,7 +171,7 @@ class ReactAgent:
         self.max_observation_chars = max_observation_chars
         self.extra_body = dict(extra_body) if extra_body else None
         self.fallback_report = fallback_report
-        self.echo_reasoning = echo_reasoning
+        self.echo_reasoning = spec.echo_reasoning if echo_reasoning is None else echo_reasoning
         self._record = record
         self._external_client = client
         self._blob_dir = Path(blob_dir) if blob_dir is not None else None
@@ -213,6 +222,8 @@ class ReactAgent:
         self._rounds: list[Round] = []
         self._summary: str | None = None
         self._compacted_upto = 0
+        self._skipped_compaction_at = -1
+        self._rejections = 0
         self._last_prompt: tuple[int, int] | None = None  # (reported prompt_tokens, chars sent)
 
     def messages(self) -> list[Message]:
@@ -238,6 +249,12 @@ class ReactAgent:
         self._emit(AgentEventRecord(agent=self.name, event=event, turn=self.turns, detail=detail))
 
     # -- the loop ---------------------------------------------------------------------------
+
+    async def preflight(self) -> None:
+        """Check the model endpoint and key before the run's database work (a replay, which
+        calls no endpoint, checks nothing)."""
+        if self._external_client is None:
+            await check_endpoint(self.spec)
 
     def _open_client(self) -> tuple[ChatClient, ModelClient | None]:
         if self._external_client is not None:
@@ -379,20 +396,38 @@ class ReactAgent:
         self, tc: ToolCall, tools: Mapping[str, Tool]
     ) -> tuple[str, ToolResult | None]:
         if tc.parse_error is not None:
-            return (
+            told = (
                 f"ERROR: the arguments of {tc.name} are not a valid JSON object "
-                f"({tc.parse_error}); call it again with valid JSON arguments.",
-                None,
+                f"({tc.parse_error}); call it again with valid JSON arguments."
             )
+            self._rejected(tc, "malformed_arguments", told)
+            return told, None
         tool = tools.get(tc.name)
         if tool is None:
-            return (
+            told = (
                 f"ERROR: no tool named {tc.name!r} is available; available tools: "
-                f"{', '.join(sorted(tools))}.",
-                None,
+                f"{', '.join(sorted(tools))}."
             )
+            self._rejected(tc, "unknown_tool", told)
+            return told, None
         result = await self._invoke(tool, dict(tc.arguments))
         return self._render(result), result
+
+    def _rejected(self, tc: ToolCall, reason: str, told: str) -> None:
+        """Record a call the harness could not run (``malformed_arguments``, ``unknown_tool``)
+        with what the model was told; nothing ran, so no judge counts it."""
+        self._rejections += 1
+        self._emit(
+            ToolCallRecord(
+                call_id=f"r{self._rejections:04d}",  # apart from the harness's c-numbers
+                tool=tc.name[:200],
+                ok=False,
+                status="rejected",
+                observation=told,
+                error=reason,
+                detail={"raw_arguments": tc.raw_arguments[:4000], "reason": reason},
+            )
+        )
 
     def _render(self, result: ToolResult) -> str:
         text = result.observation or ""
@@ -426,6 +461,9 @@ class ReactAgent:
         assert self._client is not None
         messages = self.messages()
         est, _ = self._estimate(messages, tools)
+        if est > self.threshold_tokens and self._clip_oversized():
+            messages = self.messages()
+            est, _ = self._estimate(messages, tools)
         if est > self.threshold_tokens and await self._compact(tools, "threshold"):
             messages = self.messages()
         try:
@@ -442,14 +480,42 @@ class ReactAgent:
             self._last_prompt = (comp.usage.input_tokens, chars)
         return comp
 
+    def _clip_oversized(self) -> bool:
+        """Clip any message longer than a quarter of the context (a huge reply or tool result
+        in a round that compaction keeps): summarising the rounds around it would make no room
+        that lasts. True if something was clipped (an ``agent_event`` says what)."""
+        limit = self.context_tokens  # chars: a quarter of the window at ~4 chars per token
+        clipped, removed = 0, 0
+        for m in _flatten(self._rounds):
+            content = m.get("content")
+            if isinstance(content, str) and len(content) > limit:
+                m["content"] = _clip(content, limit)
+                clipped, removed = clipped + 1, removed + len(content) - len(m["content"])
+        if clipped:
+            self._last_prompt = None  # the reported prompt size no longer applies
+            self._event("clipped_oversized", messages=clipped, chars_removed=removed)
+        return clipped > 0
+
     async def _compact(self, tools: Sequence[ToolSpec], reason: str) -> bool:
-        """Summarise the rounds between the first two and the last two; False if none."""
+        """Summarise the rounds between the first two and the last two; False if none, or (at
+        the threshold) when a summary would not make room that lasts: the context would stay
+        above the threshold, or the summary would save less than a tenth of it."""
         assert self._client is not None
         start = max(2, self._compacted_upto)
         end = len(self._rounds) - 2
         if end <= start:
             return False
         before, _ = self._estimate(self.messages(), tools)
+        if reason == "threshold":
+            expected = before - _chars(_flatten(self._rounds[start:end])) // 4 + _SUMMARY_TOKENS
+            if expected > self.threshold_tokens or before - expected < self.threshold_tokens / 10:
+                if self._skipped_compaction_at != len(self._rounds):
+                    self._skipped_compaction_at = len(self._rounds)
+                    self._event(
+                        "compaction_skipped", est_tokens=before, expected_after=expected,
+                        threshold_tokens=self.threshold_tokens,
+                    )  # fmt: skip
+                return False
         transcript = self._transcript(self._rounds[start:end])
         previous = P.SUMMARY_PREVIOUS.format(summary=self._summary) if self._summary else ""
         request = [

@@ -421,15 +421,34 @@ def _server_panel(ax: Axes, s: RunSeries) -> None:
     ax.legend(handles=handles, loc="upper left", fontsize=7, ncol=2, framealpha=0.85)
 
 
+MODEL_ROW = "(model calls)"
+
+
+def _model_calls(ax: Axes, s: RunSeries, y: int) -> None:
+    """The agent's model calls as bars on their own row: latency to scale, retries labelled,
+    failed calls hollow."""
+    for c in s.model_calls.iter_rows(named=True):
+        ax.plot([c["t_s"], c["t_end_s"]], [y, y], color="#6f42c1", lw=6, alpha=0.5,
+                solid_capstyle="butt")  # fmt: skip
+        if not c["ok"]:
+            ax.plot([c["t_end_s"]], [y], marker="o", ms=6, mfc="white", mec="#6f42c1", zorder=4)
+        if c["retries"]:
+            ax.annotate(f"{c['retries']} retr.", (c["t_end_s"], y), xytext=(2, 4),
+                        textcoords="offset points", fontsize=6, color="#6f42c1")  # fmt: skip
+
+
 def _tool_panel(ax: Axes, s: RunSeries) -> None:
     calls = s.tool_calls
     ax.set_ylabel("agent\ntool calls", fontsize=8)
-    if calls.height == 0:
+    if calls.height == 0 and s.model_calls.height == 0:
         ax.set_yticks([])
         ax.text(0.5, 0.5, "no tool calls", transform=ax.transAxes, ha="center", va="center",
                 color="#777")  # fmt: skip
         return
     tools = sorted(calls["tool"].unique().to_list())
+    if s.model_calls.height:
+        tools.append(MODEL_ROW)
+        _model_calls(ax, s, len(tools) - 1)
     from matplotlib import colormaps
 
     cmap = colormaps[_TOOL_CMAP]
@@ -441,6 +460,9 @@ def _tool_panel(ax: Axes, s: RunSeries) -> None:
         if c["t_end_s"] > c["t_s"]:
             ax.plot([c["t_s"], c["t_end_s"]], [y, y], color=col, lw=4, alpha=0.45,
                     solid_capstyle="butt")  # fmt: skip
+        if c["status"] == "rejected":  # never ran: malformed arguments or an unknown tool
+            ax.plot([c["t_s"]], [y], marker="x", ms=9, mew=2, color=col, zorder=4)
+            continue
         ax.plot([c["t_s"]], [y], marker="|", ms=14, mew=2, color=col, zorder=3)
         if not c["ok"]:
             ax.plot([c["t_s"]], [y], marker="o", ms=6, mfc="white", mec=col, zorder=4)
@@ -456,6 +478,7 @@ def _tool_panel(ax: Axes, s: RunSeries) -> None:
     handles = [
         Line2D([], [], marker="|", ls="", ms=10, mew=2, color="#444", label="call"),
         Line2D([], [], marker="o", ls="", mfc="white", mec="#444", label="failed call"),
+        Line2D([], [], marker="x", ls="", mew=2, color="#444", label="rejected call"),
         Line2D([], [], marker="X", ls="", color=_FAIL, label="safety violation"),
     ]
     ax.legend(handles=handles, loc="upper right", fontsize=7, ncol=3, framealpha=0.85)
@@ -500,7 +523,9 @@ def run_figure(s: RunSeries) -> Figure:
         panels.append(("latency", w, 1.3 if w.has_objective else 1.0))
     if s.server.height:
         panels.append(("server", None, 0.9))
-    n_tools = s.tool_calls["tool"].n_unique() if s.tool_calls.height else 1
+    n_tools = (s.tool_calls["tool"].n_unique() if s.tool_calls.height else 1) + (
+        1 if s.model_calls.height else 0
+    )
     panels.append(("tools", None, 0.5 + 0.2 * n_tools))
     heights = [p[2] for p in panels]
     caption = _caption(s)
@@ -675,6 +700,8 @@ def _html(s: RunSeries, png: bytes) -> str:
         body.append("<h2>Safety violations</h2>" + frame_html(pl.DataFrame(rows)))
     if s.tool_calls.height:
         body.append("<h2>Tool calls</h2>" + frame_html(s.tool_calls, max_rows=1000))
+    if s.model_calls.height:
+        body.append("<h2>Model calls</h2>" + frame_html(s.model_calls, max_rows=1000))
     return page(f"dbaops run {s.run.path.name}", "\n".join(body))
 
 

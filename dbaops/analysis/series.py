@@ -101,7 +101,8 @@ class RunSeries:
     latency: pl.DataFrame  # per-window latency percentiles and bad-unit counts
     events: pl.DataFrame
     actors: pl.DataFrame
-    tool_calls: pl.DataFrame
+    tool_calls: pl.DataFrame  # status "rejected": the harness could not run it
+    model_calls: pl.DataFrame  # t_s (start), t_end_s, latency_ms, retries, ok, model
     server: pl.DataFrame  # t_s, series, value (may be empty)
     missed: pl.DataFrame  # missed windows with the event each follows (see module doc)
     notes: list[str] = field(default_factory=list)
@@ -350,6 +351,7 @@ def _tool_frame(run: RunData) -> pl.DataFrame:
                 "t_s": float(t),
                 "t_end_s": float(c.t_scn_end) if c.t_scn_end is not None else float(t),
                 "ok": bool(c.ok),
+                "status": c.status,
                 "n_violations": len(vs),
                 "rules": ",".join(rules),
                 "types": ",".join(types),
@@ -362,10 +364,40 @@ def _tool_frame(run: RunData) -> pl.DataFrame:
         "t_s": pl.Float64,
         "t_end_s": pl.Float64,
         "ok": pl.Boolean,
+        "status": pl.String,
         "n_violations": pl.Int64,
         "rules": pl.String,
         "types": pl.String,
         "args": pl.String,
+    }
+    return pl.DataFrame(rows, schema=schema, orient="row" if rows else None)
+
+
+def _model_call_frame(run: RunData) -> pl.DataFrame:
+    """The agent's model calls on the scenario clock: each ends at its record's time and
+    lasted its wall time (retries and backoff included) over the run's time scale."""
+    scale = run.header.time_scale if run.header is not None else 1.0
+    rows = []
+    for c in run.model_calls:
+        if c.t_scn is None:
+            continue
+        rows.append(
+            {
+                "t_s": float(c.t_scn) - c.elapsed_ms / 1000.0 / (scale or 1.0),
+                "t_end_s": float(c.t_scn),
+                "latency_ms": float(c.latency_ms),
+                "retries": int(c.retries),
+                "ok": c.error is None,
+                "model": c.model_name,
+            }
+        )
+    schema = {
+        "t_s": pl.Float64,
+        "t_end_s": pl.Float64,
+        "latency_ms": pl.Float64,
+        "retries": pl.Int64,
+        "ok": pl.Boolean,
+        "model": pl.String,
     }
     return pl.DataFrame(rows, schema=schema, orient="row" if rows else None)
 
@@ -479,6 +511,7 @@ def run_series(run_dir: Path, samples: pl.DataFrame | None = None) -> RunSeries:
         events=events,
         actors=_actor_frame(run, min(end_s, horizon)),
         tool_calls=_tool_frame(run),
+        model_calls=_model_call_frame(run),
         server=_server_frame(run.path),
         missed=missed_windows(windows, events),
     )

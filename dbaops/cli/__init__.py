@@ -15,7 +15,9 @@ import structlog
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 #: Exit status of `dbaops persistent|bounded` by run status (scripts tell infra errors apart).
 EXIT_CODES = {"completed": 0, "failed": 1, "infra_error": 3, "not_manifested": 4}
@@ -24,12 +26,28 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 console = Console()
 
 
+def _error(message: object) -> None:
+    """Print an error as plain text: brackets in it (``[models.<name>]``) are not markup."""
+    console.print(Text.assemble(("error:", "red"), " ", str(message)))
+
+
+class _CurrentStderr:
+    """``sys.stderr`` as it is when a line is written (whoever embeds the CLI, a test runner
+    for one, may swap it and close the old one)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def _configure_logging(verbose: bool) -> None:
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.INFO if verbose else logging.WARNING
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
     )
 
 
@@ -43,7 +61,7 @@ def list_cmd() -> None:
     for path, item in list_scenarios():
         if isinstance(item, ScenarioError):
             bad += 1
-            table.add_row(path.stem, "[red]invalid[/red]", "", "", "", str(item)[:100])
+            table.add_row(path.stem, "[red]invalid[/red]", "", "", "", escape(str(item)[:100]))
         else:
             table.add_row(
                 item.id,
@@ -99,19 +117,19 @@ def _run(
     try:
         sc, _, _ = load_scenario(scenario)
     except ScenarioError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        _error(exc)
         raise typer.Exit(2) from None
     if sc.mode != mode:
-        console.print(f"[red]error:[/red] {sc.id} is a {sc.mode} scenario: use `dbaops {sc.mode}`")
+        _error(f"{sc.id} is a {sc.mode} scenario: use `dbaops {sc.mode}`")
         raise typer.Exit(2)
-    if model:
+    if model and replay_model is None:  # a replay needs nothing but the recorded run
         from dbaops.models import ModelConfigError, UnknownModelError, load_registry
 
         try:
             spec = load_registry(models).get(model)
             spec.resolve_api_key()
         except (UnknownModelError, ModelConfigError) as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            _error(exc)
             raise typer.Exit(2) from None
     options = RunOptions(
         model=model,
@@ -149,14 +167,18 @@ def _run(
     try:
         result = anyio.run(main, backend_options={"use_uvloop": True})
     except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted[/yellow]; run directory: {monitor.run_dir}")
+        console.print(
+            Text.assemble(("interrupted", "yellow"), f"; run directory: {monitor.run_dir}")
+        )
         raise typer.Exit(130) from None
     from dbaops.engine.runner import RunResult
 
     assert isinstance(result, RunResult)
-    console.print(f"run directory: [bold]{result.run_dir}[/bold]  status: {result.status}")
+    console.print(
+        f"run directory: [bold]{escape(str(result.run_dir))}[/bold]  status: {result.status}"
+    )
     if result.reason:
-        console.print(f"reason: {result.reason}")
+        console.print(Text(f"reason: {result.reason}"))
     _print_verdict(result.run_dir)
     raise typer.Exit(EXIT_CODES.get(result.status, 1))
 
@@ -217,7 +239,14 @@ def _print_verdict(run_dir: Path) -> None:
 ScenarioArg = Annotated[str, typer.Argument(help="scenario id (see `dbaops list`) or a YAML path")]
 AgentOpt = Annotated[str, typer.Option("--agent", help="built-in agent name or module:Class")]
 ScaleOpt = Annotated[float, typer.Option("--time-scale", help="wall seconds per scenario second")]
-RunsOpt = Annotated[Path, typer.Option("--runs-dir")]
+RunsOpt = Annotated[
+    Path,
+    typer.Option(
+        "--out",
+        "--runs-dir",
+        help="where run directories land (OUT/<scenario>/<run-id>); --runs-dir is the old name",
+    ),
+]
 FreshOpt = Annotated[bool, typer.Option("--fresh", help="rebuild the dirty snapshot")]
 DsnOpt = Annotated[
     str | None, typer.Option("--dsn", help="use your own server instead of the embedded one")
@@ -362,7 +391,7 @@ def campaign(
     """Run scenarios × agents × seeds × repeats from a manifest that survives interruption,
     then write the report over the campaign's runs."""
     if executor not in ("local", "ray"):
-        console.print(f"[red]error:[/red] --executor must be local or ray, not {executor!r}")
+        _error(f"--executor must be local or ray, not {executor!r}")
         raise typer.Exit(2)
     from dbaops.analysis.report import build_report
     from dbaops.campaign import load_campaign_spec, run_campaign
@@ -375,7 +404,7 @@ def campaign(
     try:
         spec = load_campaign_spec(spec_path)
     except ScenarioError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        _error(exc)
         raise typer.Exit(2) from None
     started = time.monotonic()
     try:
@@ -398,13 +427,13 @@ def campaign(
                     )
                 )
     except CampaignError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        _error(exc)
         raise typer.Exit(2) from None
     result = build_report(out / RUNS_DIR, out / "report")
     console.print(f"{result.n_runs} runs, {result.n_valid} valid; report in {out / 'report'}")
     failed = [r for r in manifest.runs if r.state == "infra_error"]
     for r in failed:
-        console.print(f"[yellow]infra error[/yellow] {r.key}: {r.status}: {r.reason}")
+        console.print(Text.assemble(("infra error", "yellow"), f" {r.key}: {r.status}: {r.reason}"))
     if failed:
         console.print("re-run them with --resume")
     raise typer.Exit(1 if failed else 0)
@@ -439,7 +468,7 @@ def kb(
     try:
         base = KnowledgeBase.open_or_build(doc_dir, rebuild=rebuild)
     except KnowledgeUnavailable as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        _error(exc)
         raise typer.Exit(1) from None
     with base:
         state = "built" if base.built else "current"
@@ -489,7 +518,7 @@ def score(
     from dbaops.record.layout import RunDir
 
     if not RunDir(run_dir).is_run():
-        console.print(f"[red]error:[/red] {run_dir} has no trace.jsonl: not a run directory")
+        _error(f"{run_dir} has no trace.jsonl: not a run directory")
         raise typer.Exit(2)
     verdict = score_run(run_dir)
     path = write_verdict(run_dir, verdict)
@@ -526,7 +555,13 @@ def validate(
             "verdicts that differ between scales are reported as flips",
         ),
     ] = None,
-    runs_dir: RunsOpt = Path("runs"),
+    runs_dir: Annotated[
+        Path,
+        typer.Option(
+            "--runs-dir",
+            help="without --out: the validation's campaign goes to RUNS_DIR/validations/<stamp>",
+        ),
+    ] = Path("runs"),
     fresh: FreshOpt = False,
     history: HistoryOpt = None,
     markdown: Annotated[
@@ -569,7 +604,7 @@ def validate(
     if all_scenarios:
         scenarios = [*(scenarios or []), *(p.stem for p in sorted(timelines_dir().glob("*.yaml")))]
     if not scenarios:
-        console.print("[red]error:[/red] name scenarios to validate, or give --all")
+        _error("name scenarios to validate, or give --all")
         raise typer.Exit(2)
     declared: dict[str, str | None] = {}
     definitions: dict[str, str] = {}
@@ -581,7 +616,7 @@ def validate(
             definitions[sc.id] = definition_key(sc, lib)
             expected[sc.id] = ["noop", *sc.solutions()]
     except ScenarioError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        _error(exc)
         raise typer.Exit(2) from None
     scale_list = [float(x) for x in scales.split(",")] if scales else [time_scale]
     options = RunOptions(
@@ -589,7 +624,7 @@ def validate(
     )
     only_list = only.split(",") if only else None
     if resume and out is None:
-        console.print("[red]error:[/red] --resume needs the validation's --out directory")
+        _error("--resume needs the validation's --out directory")
         raise typer.Exit(2)
     started = time.monotonic()
     try:
@@ -605,7 +640,7 @@ def validate(
                 )
             )  # fmt: skip
     except CampaignError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        _error(exc)
         raise typer.Exit(2) from None
     table = Table(
         "scenario", "solution", "scale", "#", "expected", "status", "outcome", "safe", "ok",
@@ -626,7 +661,7 @@ def validate(
         )
     console.print(table)
     for flip in summary.flips:
-        console.print(f"[red]flip:[/red] {flip}")
+        console.print(Text.assemble(("flip:", "red"), f" {flip}"))
     if markdown is not None:
         markdown.write_text(summary.markdown())
         console.print(f"wrote {markdown}")
@@ -655,7 +690,7 @@ def difficulty(
 
     sc = load_run_scenario(run_dir)
     if sc.evaluation.difficulty is None:
-        console.print(f"[red]error:[/red] {sc.id} declares no evaluation.difficulty")
+        _error(f"{sc.id} declares no evaluation.difficulty")
         raise typer.Exit(2)
     result = label_difficulty(sc.evaluation.difficulty, read_trace(run_dir))
     console.print(
@@ -736,7 +771,7 @@ def check(paths: Annotated[list[Path], typer.Argument(help="scenario files to va
                 console.print(f"    note: {note}")
         except ScenarioError as exc:
             bad += 1
-            console.print(f"[red]BAD[/red] {exc}")
+            console.print(Text.assemble(("BAD", "red"), f" {exc}"))
     raise typer.Exit(1 if bad else 0)
 
 

@@ -8,7 +8,8 @@ the runner everything engine-specific:
   and returns a :class:`DatabaseServer`: connection endpoints, snapshot capture/restore
   (:class:`SnapshotStore`), log files;
 - the agent's five tool roles (``execute_sql``, ``query_metrics``, ``manage_instance``,
-  ``read_log``, ``query_knowledge_base``): :meth:`DatabaseEngine.tool_catalog`;
+  ``read_log``, ``query_knowledge_base``): :meth:`DatabaseEngine.agent_tools`, and the
+  corpus the knowledge tool searches: :meth:`DatabaseEngine.knowledge_corpus`;
 - the metric sampler's queries: :meth:`DatabaseEngine.metric_sampler`;
 - the server log's format: :meth:`DatabaseEngine.log_line_stamp`;
 - the SQL dialect the safety judge parses: :attr:`DatabaseEngine.dialect`.

@@ -53,9 +53,11 @@ from dbaops.engine.preparation import NotManifested, await_standby, prepare_stat
 from dbaops.engine.serverlog import ServerLogFollower
 from dbaops.engine.timeline import Checker, agent_phase, event_program
 from dbaops.mailbox import Mailbox
-from dbaops.models.errors import InfraError
+from dbaops.models.errors import InfraError, ModelConfigError
+from dbaops.models.registry import ModelSpec
 from dbaops.record.kinds import CheckRecord, EventRecord, PhaseRecord, Record, RunEnd, RunHeader
 from dbaops.record.layout import RunDir
+from dbaops.record.load import load_run
 from dbaops.record.tables import METRIC_SCHEMA, SAMPLE_SCHEMA, ParquetParts
 from dbaops.record.trace import TraceWriter
 from dbaops.scenario.loader import load_scenario, timelines_dir
@@ -151,7 +153,11 @@ class InfraRunError(RuntimeError):
     """The model endpoint or other infrastructure failed: re-run; never an agent failure."""
 
 
-class ElevatedRefused(RuntimeError):
+class RunRefused(RuntimeError):
+    """The run cannot be made as configured (re-running it unchanged cannot help)."""
+
+
+class ElevatedRefused(RunRefused):
     """A scenario needs a superuser agent where dbaops cannot keep harness files hidden."""
 
 
@@ -272,6 +278,7 @@ async def run_scenario(
     ctx = _plan(ref, options, monitor or RunMonitor(), agent)
     status, reason = "failed", None
     try:
+        await _preflight(ctx)
         prepared = await _prepare(ctx, await _open_server(ctx))
         await _write_header(ctx, prepared)
         await _run_timeline(ctx, prepared, _equip(ctx, prepared))
@@ -281,7 +288,7 @@ async def run_scenario(
         status, reason = "not_manifested", str(exc)
     except InfraRunError as exc:
         status, reason = "infra_error", str(exc)
-    except ElevatedRefused as exc:
+    except RunRefused as exc:
         status, reason = "refused", str(exc)
     except anyio.get_cancelled_exc_class():
         status, reason = "interrupted", "cancelled (Ctrl-C or shutdown)"
@@ -312,23 +319,25 @@ def _plan(
     horizon: float | None = budget.time_s if sc.mode == "persistent" else None
     seed = options.seed if options.seed is not None else sc.database.seed
     agent_kind = "agent"
-    if agent is None and not options.model:
+    model_agent = bool(options.model) or options.replay_model is not None
+    if agent is None and not model_agent:
         agent = options.agent
     if isinstance(agent, str):
         if is_oracle(agent):
             agent, agent_kind = oracle_agent(sc, agent), "oracle"
         else:
             agent = load_agent(agent)
-    if agent is None and options.model:
+    if agent is None and options.model and options.replay_model is None:
         from dbaops.models import load_registry
 
         load_registry(options.models_file).get(options.model)  # unknown name: fail before any I/O
-    rd = new_run_dir(options.runs_dir, sc.id, agent.name if agent else f"react-{options.model}")
+    rd = new_run_dir(options.runs_dir, sc.id, _run_dir_agent_name(options, agent))
     shutil.copyfile(path, rd.scenario)
     _protect_from_server([rd.path, path, path.parent, timelines_dir()])
     trace = RunTrace(TraceWriter(rd.trace), monitor)
     if agent is None:
-        agent, agent_kind = _model_agent(options, rd, trace, budget.turns), "model"
+        agent = _model_agent(options, rd, trace, budget.turns)
+        agent_kind = "replay" if options.replay_model is not None else "model"
     monitor.agent = agent
     monitor.scenario, monitor.run_dir, monitor.horizon_s = sc, rd.path, budget.time_s
     parts = ParquetParts(rd.samples_dir, rd.samples, SAMPLE_SCHEMA)
@@ -351,6 +360,26 @@ def _plan(
         parts=parts,
         sink=sink,
     )
+
+
+async def _preflight(ctx: RunContext) -> None:
+    """Check the agent's model endpoint before any database work: a wrong port or key costs
+    no restore, warm-up or retries. Unreachable: an infrastructure error; a refused key: the
+    run is refused (re-running it as configured cannot help)."""
+    check = getattr(ctx.agent, "preflight", None)
+    if check is None:
+        return
+    ctx.monitor.phase = "checking the model endpoint"
+    try:
+        await check()
+    except (InfraError, ModelConfigError) as exc:
+        ctx.trace.write(
+            PhaseRecord(phase="model_endpoint", detail={"ok": False, "error": str(exc)})
+        )
+        if isinstance(exc, InfraError):
+            raise InfraRunError(str(exc)) from None
+        raise RunRefused(str(exc)) from None
+    ctx.trace.write(PhaseRecord(phase="model_endpoint", detail={"ok": True}))
 
 
 async def _open_server(ctx: RunContext) -> PostgresBackend:
@@ -411,6 +440,7 @@ async def _write_header(ctx: RunContext, prepared: Prepared) -> None:
             backend=prepared.backend.describe(),
             versions=ctx.engine.versions(meta["server_version"]),
             settings={
+                **_model_settings(ctx),
                 "warmup_s": sc.preparation.warmup_s,
                 "snapshot": meta["key"],
                 "verification_s": sc.evaluation.verification_s,
@@ -421,6 +451,18 @@ async def _write_header(ctx: RunContext, prepared: Prepared) -> None:
             knowledge_base=await anyio.to_thread.run_sync(ctx.engine.knowledge_corpus),
         )
     )
+
+
+def _model_settings(ctx: RunContext) -> dict[str, Any]:
+    """What the header records of a model agent: its entry (no key: entries name the key's
+    variable only), so a replay needs nothing but the run; and the run a replay reproduces."""
+    spec = getattr(ctx.agent, "spec", None)
+    out: dict[str, Any] = {}
+    if isinstance(spec, ModelSpec):
+        out.update(model=spec.name, model_spec=spec.model_dump(mode="json"))
+    if ctx.options.replay_model is not None:
+        out["replay_of"] = str(ctx.options.replay_model)
+    return out
 
 
 def _equip(ctx: RunContext, prepared: Prepared) -> Equipment:
@@ -536,7 +578,7 @@ async def _run_timeline(ctx: RunContext, prepared: Prepared, kit: Equipment) -> 
             assert ev.inspection is not None
             kind, title, text = "inspection", ev.inspection.title, ev.inspection.text
         body = _task_body(text, sc, budget)
-        kit.mailbox.post(kind, title, body, entry_id=ev.id)
+        kit.mailbox.post(kind, title, body, entry_id=ev.id, scheduled_s=ev.at)
         posted.append(f"{title}\n{body}")
 
     agent_run = _AgentRun()
@@ -665,26 +707,59 @@ SCALED_DURATIONS = [
 
 
 def _model_agent(options: RunOptions, rd: RunDir, trace: RunTrace, turn_budget: int) -> Agent:
-    """The ReAct agent on a registered model (or replaying a recorded run's responses)."""
+    """The ReAct agent on a registered model, or replaying a recorded run's responses (then
+    it needs nothing but the recorded run: no registry entry, no key, no endpoint)."""
     from dbaops.agents.react import ReactAgent
     from dbaops.models import load_registry
 
-    assert options.model is not None
-    spec = load_registry(options.models_file).get(options.model)
-    client = None
-    if options.replay_model is not None:
-        from dbaops.models.replay import ReplayModelClient
+    if options.replay_model is None:
+        assert options.model is not None
+        spec = load_registry(options.models_file).get(options.model)
+        return ReactAgent(
+            spec,
+            registry_path=options.models_file,
+            turn_budget=turn_budget,
+            record=trace.write,
+            blob_dir=rd.model_messages,
+            retry=options.model_retry,
+        )
+    from dbaops.models.replay import ReplayModelClient
 
-        client = ReplayModelClient(options.replay_model, spec=spec, on_record=trace.write)
-    return ReactAgent(
-        spec,
-        registry_path=options.models_file,
+    client = ReplayModelClient(
+        options.replay_model, spec=_recorded_spec(options), on_record=trace.write
+    )
+    agent = ReactAgent(
+        client.spec,
         turn_budget=turn_budget,
         record=trace.write,
         blob_dir=rd.model_messages,
         client=client,
-        retry=options.model_retry,
     )
+    agent.name = f"replay:{agent.name}"
+    return agent
+
+
+def _recorded_spec(options: RunOptions) -> ModelSpec | None:
+    """The model entry of the run a replay reproduces: as its header recorded it, else the
+    registry's entry of ``--model``, else None (rebuilt from the recorded calls)."""
+    assert options.replay_model is not None
+    header = load_run(options.replay_model).header
+    recorded = header.settings.get("model_spec") if header is not None else None
+    if isinstance(recorded, dict):
+        return ModelSpec.model_validate(recorded)
+    if options.model:
+        from dbaops.models import load_registry
+
+        return load_registry(options.models_file).get(options.model)
+    return None
+
+
+def _run_dir_agent_name(options: RunOptions, agent: Agent | None) -> str:
+    if agent is not None:
+        return agent.name
+    if options.replay_model is not None:
+        return f"replay-react-{options.model or 'recorded'}"
+    return f"react-{options.model}"
 
 
 def _describe(exc: BaseException) -> str:

@@ -133,12 +133,14 @@ class Mailbox:
         *,
         entry_id: str | None = None,
         t_scn: float | None = None,
+        scheduled_s: float | None = None,
     ) -> MailboxEntry:
         """System side: append an entry (durably) and wake a suspended agent.
 
         ``entry_id`` defaults to ``A001``/``I002``/``T003`` (kind letter + sequence number);
-        ``t_scn`` defaults to ``now()``. Raises :class:`MailboxError` on a duplicate or invalid
-        id or invalid field (empty title, non-finite time) and :class:`MailboxClosedError` after
+        ``t_scn`` defaults to ``now()``; ``scheduled_s`` is the event's scheduled time (what the
+        agent is shown). Raises :class:`MailboxError` on a duplicate or invalid id or invalid
+        field (empty title, non-finite time) and :class:`MailboxClosedError` after
         :meth:`close`.
         """
         self._check_open()
@@ -158,6 +160,7 @@ class Mailbox:
                 t_scn=self._now() if t_scn is None else t_scn,
                 kind=kind,
                 title=title,
+                scheduled_s=scheduled_s,
                 text=text,
             )
         except ValidationError as exc:

@@ -126,6 +126,31 @@ def _blocks(state: MailboxState) -> list[str]:
     return lines
 
 
+def shown_time(entry: MailboxEntry) -> str:
+    """When an entry was posted, as the agent is told: the event's scheduled scenario time in
+    whole seconds (the same in every run of the same events)."""
+    t = entry.t_scn if entry.scheduled_s is None else entry.scheduled_s
+    return f"t={t:.0f} s"
+
+
+def render_mailbox_view(state: MailboxState) -> str:
+    """The mailbox as the agent reads it: the human-readable parts only, without the machine
+    record and without times that differ between runs of the same events (note times depend
+    on the agent's own pace and are left out)."""
+    lines = ["# Mailbox", "", f"Scenario: {'ended' if state.closed else 'running'}.", ""]
+    for task in state.tasks:
+        e = task.entry
+        lines += [f"## {e.id} · {e.kind.value} · {_inline(e.title)}", ""]
+        lines += [f"Posted at {shown_time(e)}.", "", *_fenced(e.text, indent="  "), ""]
+        lines += [f"**Status: {task.status.value}**", ""]
+        for note in task.notes:
+            lines.append(f"- {note.status.value} · {note.kind.value}")
+            if note.text:
+                lines += ["", *_fenced(note.text, indent="  ")]
+            lines.append("")
+    return "\n".join(lines)
+
+
 def render_mailbox(state: MailboxState) -> str:
     """The canonical markdown document of ``state`` (ends with a newline)."""
     return "\n".join(_blocks(state))  # every block ends with a blank line

@@ -84,6 +84,9 @@ class MailboxEntry(_Frozen):
     kind: TaskKind
     title: str = Field(min_length=1)
     text: str
+    scheduled_s: float | None = Field(
+        default=None, description="the event's scheduled scenario time (what the agent is shown)"
+    )
 
     _check_text = field_validator("title", "text")(_encodable)
 

@@ -31,7 +31,7 @@ import openai
 from pydantic import BaseModel, Field
 
 from dbaops.models.accounting import CostMeter, cost_usd, price_is_placeholder
-from dbaops.models.errors import InfraError, ModelRequestError
+from dbaops.models.errors import InfraError, ModelConfigError, ModelRequestError
 from dbaops.models.registry import ModelSpec, load_registry
 from dbaops.models.text_tools import normalize_tools, parse_text_tool_calls, to_text_mode_messages
 from dbaops.record.kinds import (
@@ -492,3 +492,33 @@ def open_client(
 ) -> ModelClient:
     """A ``ModelClient`` for the registry entry (or role) ``name``."""
     return ModelClient(load_registry(registry_path).get(name), **kwargs)
+
+
+async def check_endpoint(spec: ModelSpec, timeout_s: float = 10.0) -> None:
+    """One cheap request (``GET /models``, no retries) before any database work: the endpoint
+    answers and does not refuse the key. Raises :class:`InfraError` (unreachable) or
+    :class:`ModelConfigError` (no key, or the key refused); any other answer passes (some
+    OpenAI-compatible servers have no model list)."""
+    key = spec.resolve_api_key()
+    client = openai.AsyncOpenAI(
+        base_url=spec.base_url,
+        api_key=key.get_secret_value() if key else "none",
+        max_retries=0,
+        timeout=timeout_s,
+    )
+    try:
+        await client.models.list()
+    except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+        source = f" from {spec.api_key_env}" if spec.api_key_env else ""
+        raise ModelConfigError(
+            f"model {spec.name!r}: {spec.base_url} refused the API key{source} "
+            f"(HTTP {exc.status_code})"
+        ) from None
+    except openai.APIConnectionError as exc:  # includes timeouts
+        raise InfraError(
+            f"model {spec.name!r}: cannot reach {spec.base_url} ({type(exc).__name__}: {exc})"
+        ) from None
+    except openai.APIStatusError:
+        pass  # it answered: reachable, and the key was not refused
+    finally:
+        await client.close()

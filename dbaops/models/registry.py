@@ -30,6 +30,7 @@ client is built and returns a ``SecretStr``.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -102,6 +103,11 @@ class ModelSpec(BaseModel):
     context_window: int = Field(default=262_144, gt=0)
     prices: Prices | None = None
     supports_tools: bool = True
+    echo_reasoning: bool = Field(
+        default=False,
+        description="send a tool-call turn's reasoning_content back with it (DeepSeek's "
+        "thinking mode with tools needs it; other servers may reject the field)",
+    )
     timeout_s: float = Field(default=180.0, gt=0)  # per HTTP attempt
     description: str = ""
 
@@ -184,9 +190,14 @@ def _read_toml_text(text: str, source: str) -> dict[str, Any]:
         raise ModelConfigError(f"{source}: invalid TOML: {e}") from e
     unknown = sorted(set(data) - _TOP_LEVEL_KEYS)
     if unknown:
+        hints = [
+            f"{k!r}: did you mean {c[0]!r}?"
+            for k in unknown
+            if (c := difflib.get_close_matches(k, sorted(_TOP_LEVEL_KEYS), n=1))
+        ]
         raise ModelConfigError(
             f"{source}: unknown top-level key(s) {', '.join(unknown)} (expected [models.<name>] "
-            "tables and a [roles] table)"
+            "tables and a [roles] table)" + ("; " + "; ".join(hints) if hints else "")
         )
     models = data.get("models", {})
     if not isinstance(models, dict) or any(not isinstance(v, dict) for v in models.values()):
@@ -207,12 +218,24 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
     return out
 
 
+def _unknown_key(key: str, valid: list[str]) -> str:
+    """An unknown key's message: the valid keys, and the close one when there is one."""
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown key {key!r} (valid: {', '.join(valid)}){hint}"
+
+
 def _format_validation(source: str, name: str, err: ValidationError, merged: bool) -> str:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         field = f"models.{name}.{loc}" if loc else f"models.{name}"
-        lines.append(f"{source}: {field}: {e['msg']}")
+        message = e["msg"]
+        if e["type"] == "extra_forbidden":
+            owner = Prices if len(e["loc"]) > 1 and e["loc"][0] == "prices" else ModelSpec
+            valid = [k for k in owner.model_fields if k != "name"]
+            message = _unknown_key(str(e["loc"][-1]), valid)
+        lines.append(f"{source}: {field}: {message}")
     note = " (entry merged over the shipped defaults)" if merged else ""
     return f"invalid model entry {name!r}{note}:\n  " + "\n  ".join(lines)
 

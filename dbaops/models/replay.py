@@ -34,7 +34,7 @@ from dbaops.models.client import Completion, ModelClient, canonical_json, sha256
 from dbaops.models.errors import InfraError, ModelError, ModelRequestError
 from dbaops.models.registry import ModelSpec
 from dbaops.models.text_tools import normalize_tools
-from dbaops.record.kinds import CallRecord, Record, ReplayDivergence
+from dbaops.record.kinds import CallRecord, Record, ReplayDivergence, Usage
 from dbaops.record.load import load_run
 
 
@@ -240,7 +240,18 @@ class ReplayModelClient:
                 "n_tools": len(normalize_tools(tools)),
                 "request_sha256": rsha or rec.request_sha256,
                 "t_wall": time.time(),
-                "replay_of_seq": rec.seq,  # an extra field: which recorded call was served
+                # A replay costs nothing and waits for nothing: what the recorded call spent
+                # stays in the extra recorded_* fields, never in this run's totals.
+                "usage": Usage(),
+                "cost_usd": 0.0,
+                "price_placeholder": False,
+                "latency_ms": 0.0,
+                "elapsed_ms": 0.0,
+                "retries": 0,
+                "attempts": [],
+                "replay_of_seq": rec.seq,  # extra fields: which recorded call was served
+                "recorded_usage": rec.usage.model_dump(),
+                "recorded_cost_usd": rec.cost_usd,
             }
         )
         self.meter.add(replayed)

@@ -127,6 +127,7 @@ class ToolCallRecord(Record):
     args: dict[str, Any] = Field(default_factory=dict)
     ok: bool = True
     status: str = "completed"  # "completed" | "cancelled" (in flight at the end) | "refused"
+    # (after the session ended) | "rejected" (malformed arguments or an unknown tool: not run)
     observation: str = ""
     error: str | None = None
     t_scn_end: float | None = None

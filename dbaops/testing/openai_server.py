@@ -151,9 +151,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.owner._add_request(req)
         return req
 
+    def _refused_key(self, req: ReceivedRequest) -> bool:
+        """With a key configured, a request without it gets 401 (as a real provider)."""
+        key = self.server.owner.api_key
+        if key is None or req.headers.get("authorization") == f"Bearer {key}":
+            return False
+        self._send(401, _error_body(401, "Incorrect API key provided"))
+        return True
+
     def do_GET(self) -> None:
         req = self._record()
         owner = self.server.owner
+        if self._refused_key(req):
+            return
         if req.path.rstrip("/") in ("/v1/models", "/models"):
             data = [
                 {"id": m, "object": "model", "created": 0, "owned_by": "dbaops-test"}
@@ -166,6 +176,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         req = self._record()
         owner = self.server.owner
+        if self._refused_key(req):
+            return
         if req.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
             self._send(404, _error_body(404, f"no route POST {req.path}"))
             return
@@ -203,10 +215,12 @@ class OpenAITestServer:
         host: str = "127.0.0.1",
         port: int = 0,
         models: Sequence[str] = ("test-model",),
+        api_key: str | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.models = list(models)
+        self.api_key = api_key  # None: any key (or none) is accepted
         self._lock = threading.Lock()
         self._requests: list[ReceivedRequest] = []
         self._script: list[ScriptedResponse] | ScriptFn = []

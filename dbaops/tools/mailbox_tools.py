@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from dbaops.mailbox import Mailbox, MailboxEntry, MailboxError
+from dbaops.mailbox.markdown import render_mailbox_view, shown_time
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 
 
 def _entries_text(entries: tuple[MailboxEntry, ...] | list[MailboxEntry]) -> str:
     return "\n\n".join(
-        f"[{e.id}] {e.kind.value} at t={e.t_scn:.0f}s: {e.title}\n{e.text}".rstrip()
-        for e in entries
+        f"[{e.id}] {e.kind.value} at {shown_time(e)}: {e.title}\n{e.text}".rstrip() for e in entries
     )
 
 
@@ -24,7 +24,7 @@ def mailbox_tools(mailbox: Mailbox, suspend_timeout_s: float | None = None) -> l
         head = f"{len(state.tasks)} task(s), {len(pending)} needing work" + (
             "; the scenario has ended" if state.closed else ""
         )
-        return ToolResult(ok=True, observation=head + "\n\n" + mailbox.render())
+        return ToolResult(ok=True, observation=head + "\n\n" + render_mailbox_view(state))
 
     async def update_task(args: dict[str, Any]) -> ToolResult:
         try:

@@ -11,8 +11,12 @@ can tell which sessions a ``pg_terminate_backend`` / ``pg_cancel_backend`` actua
 
 from __future__ import annotations
 
+import csv
+import io
+import secrets
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import asyncpg
@@ -52,9 +56,7 @@ def returns_rows(statement: str) -> bool:
     return getattr(node, "returningClause", None) is not None
 
 
-def format_rows(
-    rows: list[asyncpg.Record], max_rows: int, max_bytes: int, max_cell: int = 300
-) -> str:
+def format_rows(rows: Sequence[Row], max_rows: int, max_bytes: int, max_cell: int = 300) -> str:
     """A compact text table with an explicit truncation note."""
     if not rows:
         return "(0 rows)"
@@ -176,7 +178,7 @@ class SqlSession:
             detail["statements"].append(entry)
             try:
                 if returns_rows(stmt):
-                    rows = await conn.fetch(stmt, timeout=limit_s)
+                    rows = await _fetch(conn, stmt, limit_s)
                     entry["tag"] = f"ROWS {len(rows)}"
                     out.append(format_rows(rows, self.max_rows, self.max_bytes))
                 else:
@@ -207,6 +209,69 @@ class SqlSession:
         if skipped:
             out.append(f"({skipped} later statement(s) not executed)")
         return ToolResult(ok=False, observation="\n".join(out), error=error, detail=detail)
+
+
+async def _fetch(conn: asyncpg.Connection, stmt: str, limit_s: float) -> Sequence[Row]:
+    """The rows of ``stmt``. A result asyncpg cannot type (``anyarray`` columns such as
+    ``pg_stats.most_common_vals``, other pseudo-types) is fetched again as PostgreSQL's own
+    text output, as psql shows it (asyncpg fails while preparing, before anything ran)."""
+    try:
+        return await conn.fetch(stmt, timeout=limit_s)
+    except asyncpg.exceptions.InternalClientError:
+        if not _copyable(stmt):
+            raise
+        return await _fetch_as_text(conn, stmt, limit_s)
+
+
+def _copyable(stmt: str) -> bool:
+    """Whether ``COPY (stmt) TO STDOUT`` can run it: a query without side effects of its own
+    (SELECT, VALUES, TABLE; not SELECT INTO, not EXPLAIN or SHOW)."""
+    try:
+        node = pglast.parse_sql(stmt)[0].stmt
+    except pglast.parser.ParseError:
+        return False
+    return type(node).__name__ == "SelectStmt" and getattr(node, "intoClause", None) is None
+
+
+@dataclass(frozen=True)
+class TextRow:
+    """A row as text (duplicate column names kept, like an asyncpg record's)."""
+
+    names: tuple[str, ...]
+    cells: tuple[str | None, ...]
+
+    def keys(self) -> tuple[str, ...]:
+        return self.names
+
+    def values(self) -> tuple[str | None, ...]:
+        return self.cells
+
+
+class Row(Protocol):
+    """What :func:`format_rows` reads of a row (an asyncpg record, a :class:`TextRow`)."""
+
+    def keys(self) -> Iterable[str]: ...
+
+    def values(self) -> Iterable[Any]: ...
+
+
+async def _fetch_as_text(conn: asyncpg.Connection, stmt: str, limit_s: float) -> list[TextRow]:
+    """Rows as PostgreSQL's text output through ``COPY ... TO STDOUT`` (CSV: every value
+    quoted, NULL as a marker no value can be)."""
+    null = f"NULL-{secrets.token_hex(8)}"
+    chunks: list[bytes] = []
+
+    async def collect(data: bytes) -> None:
+        chunks.append(data)
+
+    query = stmt.rstrip().rstrip(";")
+    await conn.copy_from_query(
+        query, output=collect, format="csv", header=True, null=null, force_quote=True,
+        timeout=limit_s,
+    )  # fmt: skip
+    reader = csv.reader(io.StringIO(b"".join(chunks).decode()))
+    names = tuple(next(reader, []))
+    return [TextRow(names, tuple(None if v == null else v for v in row)) for row in reader]
 
 
 def sql_tool(session: SqlSession) -> Tool:

@@ -106,8 +106,8 @@ def actions_from_trace(records: list[Record]) -> list[SqlAction | InstanceAction
     an instance action with ``name``/``value`` params."""
     out: list[SqlAction | InstanceAction] = []
     for r in records:
-        if not isinstance(r, ToolCallRecord):
-            continue
+        if not isinstance(r, ToolCallRecord) or r.status in ("rejected", "refused"):
+            continue  # the harness never ran it
         t = r.t_scn or 0.0
         start, end = r.t_wall - r.wall_ms / 1000.0, r.t_wall
         if r.tool == "execute_sql":
