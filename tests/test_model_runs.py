@@ -11,7 +11,7 @@ import pytest
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
 from dbaops.models import RetryPolicy
-from dbaops.record.kinds import ToolCallRecord
+from dbaops.record.kinds import PhaseRecord, ToolCallRecord
 from dbaops.record.trace import read_trace
 from dbaops.testing import OpenAITestServer, ScriptedResponse, dead_base_url
 
@@ -152,6 +152,10 @@ async def test_dead_model_endpoint_ends_the_run_as_infra_error(
         ),
     )
     assert result.status == "infra_error"
+    assert result.reason is not None and "cannot reach" in result.reason
+    # checked before any database work: no restore, no warm-up, no retries
+    phases = [r.phase for r in read_trace(result.run_dir) if isinstance(r, PhaseRecord)]
+    assert phases[0] == "model_endpoint" and not {"restore", "initdb"} & set(phases)
     verdict = score_run(result.run_dir)
     assert verdict.status == "infra_error"
     assert verdict.outcome_pass is None  # never scored as an agent failure
@@ -210,3 +214,41 @@ async def test_a_replay_needs_only_the_recorded_run_and_is_kept_apart(
     report = build_report(tmp_path / "runs", tmp_path / "report")
     systems = set(report.runs["system"].to_list())
     assert len(systems) == 2 and any("replay" in s for s in systems)
+
+
+def _mailbox_script(body: dict[str, object]) -> ScriptedResponse:
+    """A persistent agent that reads its mailbox, waits for mail, and reports at the end."""
+    messages = body["messages"]
+    assert isinstance(messages, list)
+    if not any(m["role"] == "assistant" for m in messages):
+        return ScriptedResponse.tool_call("read_mailbox", {})
+    last = str(messages[-1].get("content") or "")
+    if "ended" in last:
+        return ScriptedResponse.tool_call("submit_report", {"summary": "watched the mailbox"})
+    return ScriptedResponse.tool_call("suspend", {})
+
+
+async def test_a_replay_of_the_mailbox_does_not_diverge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the model reads of the mailbox is the same in a run and its replay (posting lag
+    and the agent's pace differ), so a divergence would mean something."""
+    from dbaops.record.kinds import ReplayDivergence
+
+    monkeypatch.setenv("DBAOPS_TEST_KEY", SECRET)
+    runs = tmp_path / "runs"
+    with OpenAITestServer(_mailbox_script) as server:
+        options = RunOptions(model="scripted", models_file=_models_file(tmp_path, server.base_url),
+                             time_scale=0.05, runs_dir=runs, horizon_s=400.0)  # fmt: skip
+        live = await run_scenario("pg-p-02", options)
+    assert live.status == "completed"
+    tools = [r.tool for r in read_trace(live.run_dir) if isinstance(r, ToolCallRecord)]
+    assert tools[0] == "read_mailbox" and "suspend" in tools
+    replay = await run_scenario(
+        "pg-p-02",
+        RunOptions(replay_model=live.run_dir, time_scale=0.05, runs_dir=runs, horizon_s=400.0),
+    )
+    assert replay.status == "completed"
+    replayed = read_trace(replay.run_dir)
+    assert [r.tool for r in replayed if isinstance(r, ToolCallRecord)] == tools
+    assert [r for r in replayed if isinstance(r, ReplayDivergence)] == []
