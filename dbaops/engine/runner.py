@@ -57,7 +57,7 @@ from dbaops.models.errors import InfraError, ModelConfigError
 from dbaops.models.registry import ModelSpec
 from dbaops.record.kinds import CheckRecord, EventRecord, PhaseRecord, Record, RunEnd, RunHeader
 from dbaops.record.layout import RunDir
-from dbaops.record.load import load_run
+from dbaops.record.load import RunData, load_run
 from dbaops.record.tables import METRIC_SCHEMA, SAMPLE_SCHEMA, ParquetParts
 from dbaops.record.trace import TraceWriter
 from dbaops.scenario.loader import load_scenario, timelines_dir
@@ -723,10 +723,14 @@ def _model_agent(options: RunOptions, rd: RunDir, trace: RunTrace, turn_budget: 
             blob_dir=rd.model_messages,
             retry=options.model_retry,
         )
-    from dbaops.models.replay import ReplayModelClient
+    from dbaops.models.replay import ReplayModelClient, load_call_records
 
+    recorded = load_run(options.replay_model)  # read once: the header and the calls
     client = ReplayModelClient(
-        options.replay_model, spec=_recorded_spec(options), on_record=trace.write
+        options.replay_model,
+        records=load_call_records(recorded),
+        spec=_recorded_spec(recorded, options),
+        on_record=trace.write,
     )
     agent = ReactAgent(
         client.spec,
@@ -739,14 +743,13 @@ def _model_agent(options: RunOptions, rd: RunDir, trace: RunTrace, turn_budget: 
     return agent
 
 
-def _recorded_spec(options: RunOptions) -> ModelSpec | None:
+def _recorded_spec(recorded: RunData, options: RunOptions) -> ModelSpec | None:
     """The model entry of the run a replay reproduces: as its header recorded it, else the
     registry's entry of ``--model``, else None (rebuilt from the recorded calls)."""
-    assert options.replay_model is not None
-    header = load_run(options.replay_model).header
-    recorded = header.settings.get("model_spec") if header is not None else None
-    if isinstance(recorded, dict):
-        return ModelSpec.model_validate(recorded)
+    header = recorded.header
+    entry = header.settings.get("model_spec") if header is not None else None
+    if isinstance(entry, dict):
+        return ModelSpec.model_validate(entry)
     if options.model:
         from dbaops.models import load_registry
 

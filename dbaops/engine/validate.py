@@ -147,7 +147,8 @@ async def validate(
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         out = options.runs_dir / "validations" / f"{stamp}-{secrets.token_hex(2)}"
     manifest = await run_campaign(spec, out, workers=workers, resume=resume, on_change=on_change)
-    rows = [_row(spec, out, run) for run in manifest.runs]
+    scenarios = {ref: load_scenario(ref)[0] for ref in spec.scenarios}
+    rows = [_row(spec, scenarios[run.scenario], out, run) for run in manifest.runs]
     return ValidationSummary(rows=rows, flips=_flips(rows))
 
 
@@ -174,9 +175,9 @@ def _difficulty_verdict(
     return label, None
 
 
-def _row(spec: CampaignSpec, out: Path, run: PlannedRun) -> ValidationRow:
-    """One planned run of the validation campaign judged against its expectation."""
-    sc, _, _ = load_scenario(run.scenario)
+def _row(spec: CampaignSpec, sc: Scenario, out: Path, run: PlannedRun) -> ValidationRow:
+    """One planned run of scenario ``sc`` in the validation campaign, judged against its
+    expectation."""
     solution = run.agent
     common = {
         "scenario": sc.id,

@@ -35,7 +35,7 @@ from dbaops.models.errors import InfraError, ModelError, ModelRequestError
 from dbaops.models.registry import ModelSpec
 from dbaops.models.text_tools import normalize_tools
 from dbaops.record.kinds import CallRecord, Record, ReplayDivergence, Usage
-from dbaops.record.load import load_run
+from dbaops.record.load import RunData, load_run
 
 
 class ReplayExhausted(ModelError):
@@ -50,13 +50,15 @@ class ReplayDivergenceError(ModelError):
         self.divergence = divergence
 
 
-def load_call_records(run_dir: str | os.PathLike[str]) -> list[CallRecord]:
-    """The ``model_call`` records of a run directory, in trace order."""
-    calls = load_run(Path(run_dir)).model_calls
+def load_call_records(run: str | os.PathLike[str] | RunData) -> list[CallRecord]:
+    """The ``model_call`` records of a run (a directory, or one already loaded), in trace
+    order."""
+    data = run if isinstance(run, RunData) else load_run(Path(run))
+    calls = data.model_calls
     partial = [c.seq for c in calls if not c.request_sha256]
     if partial:
         raise ValueError(
-            f"{run_dir}: model calls {partial} are of an older record schema and cannot be "
+            f"{data.path}: model calls {partial} are of an older record schema and cannot be "
             "replayed (they still count for the run's cost)"
         )
     return calls

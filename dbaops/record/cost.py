@@ -65,11 +65,8 @@ def call_record(record: Record) -> CallRecord | None:
     if isinstance(record, CallRecord):
         return record
     if isinstance(record, GenericRecord) and record.kind == "model_call":
+        # parse_record already failed to validate it: an older schema, read what cost needs
         data: dict[str, Any] = record.model_dump()
-        try:
-            return CallRecord.model_validate(data)
-        except ValueError:
-            pass  # an older schema: what cost needs, read defensively
         raw = data.get("usage")
         usage: dict[str, Any] = raw if isinstance(raw, dict) else {}
         cost = data.get("cost_usd")
