@@ -159,13 +159,36 @@ class _TemplateDriver(Generic[SpecT]):
         self.endpoint = endpoint
         self.clock = clock
         self.sink = sink
-        self.rng = random.Random(f"{seed}:{spec.name}")
-        self.sampler = ArgSampler({**library.params, **params}, self.rng)
+        self.rng = random.Random(f"{seed}:{spec.name}")  # arrivals and the mix only
+        self._seed = seed
+        self._params = {**library.params, **params}
+        self._template_seeds: dict[str, int] = {}
+        self._units: dict[str, int] = {}
 
-    def _draw(self, template: TransactionTemplate) -> list[list[Any]]:
-        """Arguments for every statement; PreviousArg slots are filled at execution time."""
+    def unit_rng(self, name: str, index: int) -> random.Random:
+        """The argument stream of unit ``index`` of template ``name``: seeded by the run's
+        seed, the workload, the template and the index alone, so the same seed draws the same
+        arguments for the same unit however the run's timing went (which units started when,
+        which were dropped)."""
+        base = self._template_seeds.get(name)
+        if base is None:
+            digest = hashlib.sha256(f"{self._seed}:{self.spec.name}:{name}".encode()).digest()
+            base = self._template_seeds[name] = int.from_bytes(digest[:8], "big")
+        return random.Random((base << 32) | index)
+
+    def next_unit(self, name: str) -> int:
+        """The index of the next unit of template ``name`` (counted where units are made)."""
+        index = self._units.get(name, 0)
+        self._units[name] = index + 1
+        return index
+
+    def _draw(self, name: str, index: int) -> list[list[Any]]:
+        """Arguments for every statement of unit ``index`` of template ``name``; PreviousArg
+        slots are filled at execution time."""
+        template = self.library.transactions[name]
+        sampler = ArgSampler(self._params, self.unit_rng(name, index))
         return [
-            [None if isinstance(a, PreviousArg) else self.sampler.draw(a, []) for a in st.args]
+            [None if isinstance(a, PreviousArg) else sampler.draw(a, []) for a in st.args]
             for st in template.statements
         ]
 
@@ -231,6 +254,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                     if spec.stop_s is not None and clock.to_scenario(next_mono) >= spec.stop_s:
                         return
                     name = self.mix.pick(self.rng)
+                    index = self.next_unit(name)  # a dropped unit keeps its index
                     if self.inflight >= spec.max_inflight:
                         t = clock.to_scenario(next_mono)
                         self.sink.add(
@@ -247,7 +271,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                         )
                         continue
                     self.inflight += 1
-                    tg.start_soon(self._unit, name, next_mono)
+                    tg.start_soon(self._unit, name, index, next_mono)
         finally:
             await self.pools.close()
             for conn in self.leaked:
@@ -313,11 +337,11 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                 raise AttemptTimeout from None
             raise failure
 
-    async def _unit(self, name: str, scheduled: float) -> None:
+    async def _unit(self, name: str, index: int, scheduled: float) -> None:
         spec = self.spec
         clock = self.clock
         template = self.library.transactions[name]
-        drawn = self._draw(template)
+        drawn = self._draw(name, index)
         deadline = scheduled + spec.deadline_ms / 1000.0
         give_up = scheduled + (spec.timeout_ms or 4 * spec.deadline_ms) / 1000.0
         retries = 0
@@ -567,7 +591,7 @@ class BackgroundDriver(_TemplateDriver[BackgroundWorkload]):
             while True:
                 name = self.mix.pick(self.rng)
                 template = self.library.transactions[name]
-                drawn = self._draw(template)
+                drawn = self._draw(name, self.next_unit(name))
                 t0 = clock.mono()
                 ok, sqlstate, error = False, None, None
                 sent, lost = False, False
