@@ -5,12 +5,14 @@ Usage::
     python benchmarks/driver_vs_pgbench.py [--seconds 20] [--scale 10] [--clients 8] [--repeats 1]
 
 Per repeat, four runs against the same server (pgbench's pre-run steps plus a CHECKPOINT before
-each): pgbench tpcb-like ``-M simple`` and ``-M prepared`` (closed loop), then ``OltpDriver``
-with the same five statements under uvloop and under plain asyncio. The driver runs open loop
+each): pgbench tpcb-like ``-M simple`` and ``-M prepared`` (closed loop), then the dbaops OLTP
+driver with the same five statements in its own process (uvloop), as a run starts it, with
+``protocol: prepared`` and ``protocol: simple``. The driver runs open loop
 at ``--rate-factor`` x pgbench's best TPS, so it saturates and the excess shows as dropped
 arrivals; its capacity is the completed (on-time + late) units per second. Client CPU per
-transaction is getrusage(RUSAGE_CHILDREN) for pgbench and ``time.process_time()`` of this
-process for the driver. Figures are printed and written to ``benchmarks/results/``.
+transaction is getrusage(RUSAGE_CHILDREN) for pgbench, and for the driver the driver process's
+getrusage(RUSAGE_CHILDREN) plus this process's ``time.process_time()`` (relaying the
+samples). Figures are printed and written to ``benchmarks/results/``.
 
 This is a measurement, not a test: nothing here asserts on timings.
 """
@@ -18,7 +20,6 @@ This is a measurement, not a test: nothing here asserts on timings.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
@@ -40,14 +41,16 @@ import polars as pl
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.record.kinds import ClientLagRecord
 from dbaops.scenario.model import OltpWorkload
-from dbaops.workloads.drivers import OltpDriver
+from dbaops.workloads.host import DriverPlan, DriverProcess, run_workloads
+from dbaops.workloads.lag import ClientLagMonitor
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import WorkloadLibrary
 
 DATABASE = "bench"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-CLIENTS = ("pgbench simple", "pgbench prepared", "dbaops/uvloop", "dbaops/asyncio")
+CLIENTS = ("pgbench simple", "pgbench prepared", "dbaops prepared", "dbaops simple")
 
 # pgbench's built-in "tpcb-like" script, statement for statement. Each argument is drawn on its
 # own (the library's generators have no shared variables), so the SELECT reads a random account
@@ -206,19 +209,29 @@ def run_pgbench(cluster: PostgresCluster, mode: str, args: argparse.Namespace) -
 async def _drive(
     endpoint: Endpoint, library: WorkloadLibrary, spec: OltpWorkload, seconds: float
 ) -> dict[str, Any]:
+    """One driver run in the driver process, as a run starts it (``DriverProcess`` and
+    ``run_workloads``); this process only relays the samples into the sink."""
     clock = ScenarioClock()
     sink = SampleSink(None, recent_s=seconds + 3600.0)
-    driver = OltpDriver(spec, library, {}, endpoint, clock, sink, seed=1)
-    loop_name = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    lags: list[ClientLagRecord] = []
+    monitor = ClientLagMonitor(lags.append, window_s=1.0)
+    process = await DriverProcess.spawn()
+    await process.ready()
+    plan = DriverPlan.for_clock(
+        clock, workloads=[spec], library=library, params={}, primary=endpoint, seed=1,
+        horizon_s=seconds, expected={},
+    )  # fmt: skip
     host0 = host_cpu()
     clock.restart(0.0)
-    cpu0, t0 = time.process_time(), time.monotonic()
+    child0, own0, t0 = children_cpu(), time.process_time(), time.monotonic()
     async with anyio.create_task_group() as tg:
         tg.start_soon(sink.run_flusher)  # as the runner does; without parts it only drops rows
-        await driver.run()  # returns once the last arrival before stop_s has finished
+        # returns once the last arrival before stop_s has finished and the process has exited
+        await run_workloads(plan, sink, process, monitor)
         tg.cancel_scope.cancel()
-    cpu = time.process_time() - cpu0
     wall = time.monotonic() - t0
+    child_cpu = children_cpu() - child0  # the driver process, reaped by run_workloads
+    relay_cpu = time.process_time() - own0  # this process: receiving and keeping the samples
     busy = host_busy(host0, host_cpu())
 
     frame = sink.recent(float("-inf"))
@@ -227,20 +240,26 @@ async def _drive(
     done = frame.filter(pl.col("outcome").is_in(["on_time", "late"]))
     completed = done.height
     admitted = frame.height - n.get("dropped", 0)
+    lag = frame["client_lag_ms"].drop_nulls()
 
     def mean_ms(series: pl.Series, scale: float = 1.0) -> float | None:
         return float(series.mean()) * scale if completed else None  # type: ignore[arg-type]
 
+    def q(series: pl.Series, p: float) -> float | None:
+        return float(series.quantile(p)) if series.len() else None  # type: ignore[arg-type]
+
+    cpu = child_cpu + relay_cpu
     return {
-        "loop": loop_name,
         # capacity: units completed inside the arrival window, per second of it
         "tps": done.filter(pl.col("end_s") <= seconds).height / seconds,
         # service time: connection acquired .. released (pgbench's latency has no queue wait)
         "latency_ms": mean_ms(done["end_s"] - done["start_s"], 1000.0),
         "sched_latency_ms_mean": mean_ms(done["latency_ms"]),
-        "sched_latency_ms_p95": (
-            float(done["latency_ms"].quantile(0.95)) if completed else None  # type: ignore[arg-type]
-        ),
+        "sched_latency_ms_p95": q(done["latency_ms"], 0.95),
+        "client_lag_ms_p50": q(lag, 0.50),
+        "client_lag_ms_p99": q(lag, 0.99),
+        "client_lag_ms_max": q(lag, 1.0),
+        "client_lag_warnings": len(lags),
         "arrivals": frame.height,
         "completed": completed,
         "on_time": n.get("on_time", 0),
@@ -249,7 +268,10 @@ async def _drive(
         "errors": n.get("error", 0),
         "on_time_share": n.get("on_time", 0) / admitted if admitted else None,
         "client_cpu_s": cpu,
+        "driver_cpu_s": child_cpu,
+        "relay_cpu_s": relay_cpu,
         "client_cpu_us_per_txn": cpu / completed * 1e6 if completed else None,
+        "driver_cpu_us_per_txn": child_cpu / completed * 1e6 if completed else None,
         "client_cores": cpu / wall,
         "host_busy": busy,
         "wall_s": wall,
@@ -257,13 +279,14 @@ async def _drive(
 
 
 def run_driver(
-    cluster: PostgresCluster, loop: str, rate: float, args: argparse.Namespace
+    cluster: PostgresCluster, protocol: str, rate: float, args: argparse.Namespace
 ) -> dict[str, Any]:
     pre_run(cluster)
     endpoint = Endpoint(host=cluster.host, port=cluster.port, database=DATABASE)
     spec = OltpWorkload(
         name="tpcb",
         mix={"tpcb": 1.0},
+        protocol=protocol,  # type: ignore[arg-type]
         rate_per_s=rate,
         arrival="fixed",
         deadline_ms=args.deadline_ms,
@@ -271,16 +294,8 @@ def run_driver(
         max_inflight=args.clients + args.extra_inflight,
         stop_s=float(args.seconds),
     )
-    result = anyio.run(
-        _drive,
-        endpoint,
-        tpcb_library(args.scale),
-        spec,
-        float(args.seconds),
-        backend="asyncio",
-        backend_options={"use_uvloop": loop == "uvloop"},
-    )
-    return {"client": f"dbaops/{loop}", "offered_rate": rate, **result}
+    result = anyio.run(_drive, endpoint, tpcb_library(args.scale), spec, float(args.seconds))
+    return {"client": f"dbaops {protocol}", "offered_rate": rate, **result}
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -292,8 +307,8 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         row: dict[str, Any] = {"runs_tps": [round(r["tps"], 1) for r in mine]}
         keys = ["tps", "latency_ms", "client_cpu_us_per_txn", "client_cores", "host_busy"]
         if client.startswith("dbaops"):
-            keys += ["on_time_share", "dropped", "errors", "offered_rate"]
-            row["loop"] = sorted({r["loop"] for r in mine})
+            keys += ["on_time_share", "dropped", "errors", "offered_rate", "client_lag_ms_p99",
+                     "client_lag_ms_max", "driver_cpu_us_per_txn"]  # fmt: skip
         for key in keys:
             values = [r[key] for r in mine if r.get(key) is not None]
             row[key] = statistics.median(values) if values else None
@@ -341,8 +356,10 @@ def print_table(summary: dict[str, dict[str, Any]], args: argparse.Namespace) ->
     for client in CLIENTS[2:]:
         r = summary[client]
         print(
-            f"{client} (loop {'/'.join(r['loop'])}): offered {r['offered_rate']:.0f}/s open "
-            f"loop, on-time share of admitted {_f(r['on_time_share'], '.3f')} (deadline "
+            f"{client}: offered {r['offered_rate']:.0f}/s open loop, client lag p99 "
+            f"{_f(r['client_lag_ms_p99'], '.2f')} ms (max {_f(r['client_lag_ms_max'], '.1f')}), "
+            f"driver process {_f(r['driver_cpu_us_per_txn'], '.0f')} µs/txn of the CPU, "
+            f"on-time share of admitted {_f(r['on_time_share'], '.3f')} (deadline "
             f"{args.deadline_ms:g} ms), dropped {r['dropped']:.0f}, errors {r['errors']:.0f}"
         )
     print(
@@ -402,8 +419,8 @@ def main(argv: list[str] | None = None) -> int:
                 this.append(run_pgbench(cluster, mode, args))
                 print(f"[{rep + 1}] {this[-1]['client']}: {this[-1]['tps']:.0f} TPS", flush=True)
             rate = min(20000.0, args.rate_factor * max(r["tps"] for r in this))
-            for loop in ("uvloop", "asyncio"):
-                this.append(run_driver(cluster, loop, rate, args))
+            for protocol in ("prepared", "simple"):
+                this.append(run_driver(cluster, protocol, rate, args))
                 r = this[-1]
                 print(
                     f"[{rep + 1}] {r['client']}: {r['tps']:.0f} TPS "

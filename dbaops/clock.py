@@ -23,6 +23,18 @@ class ScenarioClock:
         self._t0_mono = time.monotonic()
         self._t0_wall = time.time()
 
+    @classmethod
+    def at_origin(cls, time_scale: float, origin_mono: float, origin_wall: float) -> ScenarioClock:
+        """A clock with a given origin (:meth:`origin`): another process's copy of a run's
+        clock (the monotonic clock is the machine's, so both read the same scenario time)."""
+        clock = cls(time_scale)
+        clock._t0_mono, clock._t0_wall = origin_mono, origin_wall
+        return clock
+
+    def origin(self) -> tuple[float, float]:
+        """(monotonic, Unix) time of scenario time zero."""
+        return self._t0_mono, self._t0_wall
+
     def restart(self, now_s: float = 0.0) -> None:
         """Make the current instant scenario time ``now_s`` (e.g. ``-warmup`` before t = 0)."""
         offset = now_s * self.time_scale

@@ -177,6 +177,8 @@ async def _evaluate(
             await conn.close(timeout=5)
         return _Outcome(compare(observed, check.op, check.expect), observed)
     if isinstance(check, WorkloadCheck):
+        if sink is not None:
+            await sink.refresh()
         return _workload(check, t, clock, sink)
     if isinstance(check, PlanCheck):
         return await _plan(check, endpoint)
@@ -239,8 +241,10 @@ async def _ledger(
     if check.name not in baselines:
         raise CheckUnavailable("no baseline: the measure was not taken on the prepared state")
     base = baselines[check.name]
+    await sink.refresh()
     before = sink.ledger.snapshot()
     value = await _measure(check, endpoint)
+    await sink.refresh()
     after = sink.ledger.snapshot()
     observed: dict[str, Any] = {"baseline": base, "value": value}
     if not check.units:
@@ -293,7 +297,9 @@ def _workload(
     if sink is None:
         raise CheckUnavailable("no workload samples available")
     frame = sink.recent(t - check.over_s, now=(t, clock.mono()))
-    frame = frame.filter(frame["workload"] == check.workload)
+    # units scheduled after the check's instant (relayed by a driver process before the
+    # check read the sink) are not part of its window
+    frame = frame.filter((frame["workload"] == check.workload) & (frame["scheduled_s"] <= t))
     value = workload_stat(frame, check.stat, check.sqlstate)
     observed: dict[str, Any] = {check.stat: value, "n": frame.height}
     if check.baseline is None:

@@ -27,7 +27,7 @@ from dbaops.dbms.postgres.sampler import harness_sampler
 from dbaops.record.layout import METRICS_FILE, METRICS_PARTS, SAMPLES_FILE, SAMPLES_PARTS
 from dbaops.record.tables import METRIC_SCHEMA, SAMPLE_SCHEMA, ParquetParts, read_parts
 from dbaops.scenario.model import History, Scenario
-from dbaops.workloads.drivers import scenario_drivers
+from dbaops.workloads.host import DriverPlan, DriverProcess, run_workloads
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import WorkloadLibrary
 
@@ -64,27 +64,29 @@ async def record_history(
     metric_parts = ParquetParts(out_dir / METRICS_PARTS, out_dir / METRICS_FILE, METRIC_SCHEMA)
     sink = SampleSink(sample_parts, recent_s=60.0)
     sampler = harness_sampler(endpoint, clock, metric_parts, interval_s=history.sample_every_s)
-    drivers = scenario_drivers(
-        sc.history_workloads(),
-        lib,
-        {**lib.params, **sc.database.params},
-        endpoint,
-        None,
-        clock,
-        sink,
-        sc.database.seed,
-        0.0,  # periodic jobs run from -duration_s to 0
-        {},
-        start_s=-history.duration_s,
-    )
-    clock.restart(-history.duration_s)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(sink.run_flusher)
-        tg.start_soon(sampler.run)
-        for driver in drivers:
-            tg.start_soon(driver.run)
-        await clock.sleep_until(0.0)
-        tg.cancel_scope.cancel()
+    process = await DriverProcess.spawn()
+    try:
+        await process.ready()
+        clock.restart(-history.duration_s)
+        plan = DriverPlan.for_clock(
+            clock,
+            workloads=sc.history_workloads(),
+            library=lib,
+            params={**lib.params, **sc.database.params},
+            primary=endpoint,
+            seed=sc.database.seed,
+            horizon_s=0.0,  # periodic jobs run from -duration_s to 0
+            expected={},
+            start_s=-history.duration_s,
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sink.run_flusher)
+            tg.start_soon(sampler.run)
+            tg.start_soon(run_workloads, plan, sink, process)
+            await clock.sleep_until(0.0)
+            tg.cancel_scope.cancel()
+    finally:
+        await process.aclose()
     sink.flush()
     sample_parts.compact()
     metric_parts.compact()

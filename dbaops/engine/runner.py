@@ -63,7 +63,8 @@ from dbaops.record.trace import TraceWriter
 from dbaops.scenario.loader import load_scenario, timelines_dir
 from dbaops.scenario.model import Event, Scenario
 from dbaops.tools.recording import ToolRecorder
-from dbaops.workloads.drivers import scenario_drivers
+from dbaops.workloads.host import DriverPlan, DriverProcess, run_workloads
+from dbaops.workloads.lag import DEFAULT_BOUND_MS, ClientLagMonitor
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import WorkloadLibrary
 
@@ -106,6 +107,16 @@ class RunOptions(BaseModel):
     replay_model: Path | None = Field(
         default=None, description="feed the model responses recorded in this run directory"
     )
+    drivers_inline: bool = Field(
+        default=False,
+        description="run the workload drivers on the run's own event loop instead of their own "
+        "process (for debugging: the agent, the sampler and the judge then share their loop)",
+    )
+    client_lag_bound_ms: float = Field(
+        default=DEFAULT_BOUND_MS,
+        gt=0,
+        description="warn (trace and live view) when a second's p99 client lag exceeds this",
+    )
 
 
 class RunResult(BaseModel):
@@ -129,6 +140,7 @@ class RunMonitor:
     checks: list[CheckRecord] = field(default_factory=list)
     session: AgentSession | None = None
     agent: Any = None
+    client_lag: ClientLagMonitor | None = None
 
 
 class RunTrace:
@@ -564,7 +576,30 @@ async def _run_agent(
 
 async def _run_timeline(ctx: RunContext, prepared: Prepared, kit: Equipment) -> None:
     """Activation, warm-up, manifestation, the event program and the agent's session, the
-    verification window and the terminal checks, in one task group."""
+    verification window and the terminal checks, in one task group; the workload drivers run
+    in their own process (started first, so its start-up overlaps the activation)."""
+    process = None if ctx.options.drivers_inline else await DriverProcess.spawn()
+    lag = ClientLagMonitor(
+        ctx.trace.write,
+        window_s=1.0 / ctx.clock.time_scale,  # a wall second
+        bound_ms=ctx.options.client_lag_bound_ms,
+    )
+    ctx.monitor.client_lag = lag
+    try:
+        await _timeline(ctx, prepared, kit, process, lag)
+    finally:
+        if process is not None:
+            await process.aclose()
+
+
+async def _timeline(
+    ctx: RunContext,
+    prepared: Prepared,
+    kit: Equipment,
+    process: DriverProcess | None,
+    lag: ClientLagMonitor,
+) -> None:
+    """The body of :func:`_run_timeline`."""
     sc, lib, clock, trace, sink = ctx.sc, ctx.lib, ctx.clock, ctx.trace, ctx.sink
     endpoint, budget, monitor = prepared.endpoint, ctx.budget, ctx.monitor
     sources = kit.sources
@@ -605,24 +640,26 @@ async def _run_timeline(ctx: RunContext, prepared: Prepared, kit: Equipment) -> 
             trace.write(PhaseRecord(t_scn=clock.now(), phase="ledger_baseline",
                                     detail={"baselines": baselines,
                                             "errors": unmeasured}))  # fmt: skip
-        # The warm-up starts once every live fault is in place, so the system the agent
-        # meets at t = 0 has been faulty for the whole warm-up at any time scale.
+        if process is not None:
+            await process.ready()
+        # The warm-up starts once every live fault is in place (and the drivers can start),
+        # so the system the agent meets at t = 0 has been faulty for the whole warm-up at any
+        # time scale.
         clock.restart(-sc.preparation.warmup_s)
         if kit.sampler is not None:
             tg.start_soon(kit.sampler.run)
-        for driver in scenario_drivers(
-            sc.workloads,
-            lib,
-            {**lib.params, **sc.database.params},
-            endpoint,
-            prepared.standby_endpoint,
+        plan = DriverPlan.for_clock(
             clock,
-            sink,
-            ctx.seed,
-            drivers_horizon,
-            prepared.meta["expected_results"],
-        ):
-            tg.start_soon(driver.run)
+            workloads=sc.workloads,
+            library=lib,
+            params={**lib.params, **sc.database.params},
+            primary=endpoint,
+            standby=prepared.standby_endpoint,
+            seed=ctx.seed,
+            horizon_s=drivers_horizon,
+            expected=prepared.meta["expected_results"],
+        )
+        tg.start_soon(run_workloads, plan, sink, process, lag)
         monitor.phase = "warm-up"
         await clock.sleep_until(0.0)
         monitor.phase = "manifestation"

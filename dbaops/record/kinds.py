@@ -300,6 +300,23 @@ class ReplayDivergence(Record):
     note: str
 
 
+class ClientLagRecord(Record):
+    """The workload client fell behind its own timetable (its event loop, not the server):
+    in a window of the run, the units it issued late by more than the bound. Their latency and
+    deadlines already leave the lag out, but the server saw a different load than the
+    scenario offers, so the run's figures carry this warning."""
+
+    kind: Literal["client_lag"] = "client_lag"
+    since_s: float  # scenario time the window starts
+    window_s: float  # its scenario length
+    units: int  # units issued in the window
+    over_bound: int  # of which the client issued this many late by more than bound_ms
+    p99_ms: float
+    max_ms: float
+    bound_ms: float
+    workloads: list[str] = Field(default_factory=list)
+
+
 class GenericRecord(Record):
     """A record of a kind this version does not know; kept, not interpreted."""
 
@@ -317,7 +334,8 @@ TraceRecord = Annotated[
     | CallRecord
     | CompactionRecord
     | AgentEventRecord
-    | ReplayDivergence,
+    | ReplayDivergence
+    | ClientLagRecord,
     Field(discriminator="kind"),
 ]
 
@@ -329,6 +347,7 @@ _KNOWN_KINDS = {
     "actor",
     "tool_call",
     "run_end",
+    "client_lag",
 }
 #: Kinds whose schema grew over versions: a line that does not validate is kept generic.
 _LENIENT_KINDS = {"model_call", "compaction", "agent_event", "replay_divergence"}

@@ -27,6 +27,10 @@ SAMPLE_SCHEMA: dict[str, pl.DataType] = {
     "sqlstate": pl.String(),
     "error": pl.String(),
     "correct": pl.Boolean(),
+    # how late the client itself issued the unit against its schedule (its own event loop,
+    # not the server); latency_ms and the deadline count from scheduled_s plus this lag.
+    # Null for background units (no schedule) and in runs recorded before it existed.
+    "client_lag_ms": pl.Float64(),
 }
 
 #: Long-format metric samples (see :mod:`dbaops.dbms.postgres.sampler`).
@@ -81,7 +85,9 @@ def read_parts(directory: Path, final: Path, schema: dict[str, pl.DataType]) -> 
         frames.extend(pl.read_parquet(p) for p in sorted(directory.glob("part-*.parquet")))
     if not frames:
         return pl.DataFrame(schema=schema)
-    return pl.concat(frames, how="diagonal_relaxed")
+    frame = pl.concat(frames, how="diagonal_relaxed")
+    missing = [pl.lit(None, dtype=t).alias(c) for c, t in schema.items() if c not in frame.columns]
+    return frame.with_columns(missing) if missing else frame
 
 
 def read_samples(run_dir: Path) -> pl.DataFrame:

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from dbaops.scenario.checks import LedgerCheck, check_placement_problems
 from dbaops.scenario.model import OlapWorkload, Scenario
 from dbaops.tools.catalog import AGENT_TOOLS
-from dbaops.workloads.spec import WorkloadLibrary
+from dbaops.workloads.spec import PreviousArg, WorkloadLibrary
 
 #: Fields whose string value (or list of strings) is SQL the harness will run.
 _SQL_FIELDS = ("sql", "statements", "query")
@@ -203,6 +203,16 @@ def _library_problems(
                     problems.append(
                         f"workloads[{i}].mix: unknown transaction {t!r} "
                         f"(known in {lib.id}: {sorted(lib.transactions)})"
+                    )
+                elif w.protocol == "simple" and any(
+                    isinstance(a, PreviousArg)
+                    for st in lib.transactions[t].statements
+                    for a in st.args
+                ):
+                    problems.append(
+                        f"workloads[{i}].protocol: simple, but transaction {t!r} uses an "
+                        "earlier statement's result (previous), which the simple protocol "
+                        "does not return; use protocol: prepared"
                     )
     for p in sorted(set(sc.database.params) - set(lib.params)):
         problems.append(f"database.params.{p}: unknown parameter (known: {sorted(lib.params)})")

@@ -97,11 +97,24 @@ class ClientBehaviour(StrictModel):
     leak: ConnectionLeak | None = None
 
 
-class OltpWorkload(_Workload):
+class _TemplateWorkload(_Workload):
+    """A workload that runs transaction templates: their mix, and the wire protocol."""
+
+    mix: dict[str, float] = Field(min_length=1, description="transaction template -> weight")
+    protocol: Literal["prepared", "simple"] = Field(
+        default="prepared",
+        description="prepared: each statement is prepared once per connection and executed "
+        "with parameters (an application using a driver's statement cache, as pgbench -M "
+        "prepared); simple: the arguments are written into the SQL text and every statement "
+        "is parsed and planned on each run (pgbench -M simple), for faults that need custom "
+        "plans or literal query texts",
+    )
+
+
+class OltpWorkload(_TemplateWorkload):
     """Open-loop arrivals of transactions with deadlines from their scheduled start."""
 
     type: Literal["oltp"] = "oltp"
-    mix: dict[str, float] = Field(min_length=1, description="transaction template -> weight")
     rate_per_s: float = Field(gt=0, le=20000, description="arrivals per wall second")
     arrival: Literal["poisson", "fixed"] = "poisson"
     deadline_ms: float = Field(gt=0)
@@ -167,11 +180,10 @@ class OlapWorkload(_Workload):
     client_suffix: ClassVar[str] = "reports"
 
 
-class BackgroundWorkload(_Workload):
+class BackgroundWorkload(_TemplateWorkload):
     """Closed-loop noise so observations are not clean (competing queries, vacuum-heavy jobs)."""
 
     type: Literal["background"] = "background"
-    mix: dict[str, float] = Field(min_length=1)
     sessions: int = Field(default=1, ge=1, le=50)
     pause_ms: float = Field(default=100, ge=0)
     client_suffix: ClassVar[str] = "worker"

@@ -8,11 +8,12 @@ connection, lock waits, retries and backoff all count.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import random
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -31,21 +32,11 @@ from dbaops.scenario.model import (
     WorkloadSpec,
 )
 from dbaops.workloads.samples import Outcome
+from dbaops.workloads.session import TemplateSession
 from dbaops.workloads.sink import SampleSink
-from dbaops.workloads.spec import (
-    ArgSampler,
-    PreviousArg,
-    TransactionTemplate,
-    WorkloadLibrary,
-)
+from dbaops.workloads.spec import Drawer, TransactionTemplate, WorkloadLibrary, template_drawers
 
 log = structlog.get_logger(__name__)
-
-_ISOLATION = {
-    "read_committed": "read_committed",
-    "repeatable_read": "repeatable_read",
-    "serializable": "serializable",
-}
 
 
 def result_hash(rows: Sequence[Any]) -> str:
@@ -57,80 +48,25 @@ def result_hash(rows: Sequence[Any]) -> str:
     return h.hexdigest()
 
 
-class _Pools:
-    """One asyncpg pool per role, created lazily."""
-
-    def __init__(
-        self, endpoint: Endpoint, app: str, size: int, max_queries: int | None = None
-    ) -> None:
-        self._endpoint = endpoint
-        self._app = app
-        self._size = size
-        self._max_queries = max_queries
-        self._pools: dict[str, asyncpg.Pool] = {}
-        self._lock = anyio.Lock()
-
-    async def get(self, role: str) -> asyncpg.Pool:
-        pool = self._pools.get(role)
-        if pool is None:
-            async with self._lock:
-                pool = self._pools.get(role)
-                if pool is None:
-                    pool = await self._endpoint.pool(
-                        role, self._app, self._size, max_queries=self._max_queries
-                    )
-                    self._pools[role] = pool
-        return pool
-
-    async def close(self) -> None:
-        """Close gracefully first: asyncpg finishes a cancelled unit's release in a shielded
-        future, and terminating under it would leave an unretrieved error on the loop."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            for pool in self._pools.values():
-                await pool.close()
-        for pool in self._pools.values():
-            pool.terminate()
-        self._pools.clear()
-
-
 class _Mix:
     """A weighted choice of templates, with cumulative weights computed once (hot path)."""
 
     def __init__(self, mix: dict[str, float]) -> None:
         self.names = list(mix)
         self.cum_weights = list(itertools.accumulate(mix[n] for n in self.names))
+        self._total = self.cum_weights[-1]
+        self._last = len(self.names) - 1
 
     def pick(self, rng: random.Random) -> str:
-        return rng.choices(self.names, cum_weights=self.cum_weights, k=1)[0]
+        """What ``rng.choices(names, cum_weights=...)`` picks, without its per-call setup."""
+        return self.names[
+            bisect.bisect(self.cum_weights, rng.random() * self._total, 0, self._last)
+        ]
 
 
-async def _run_transaction(
-    conn: asyncpg.Connection,
-    template: TransactionTemplate,
-    drawn: list[list[Any]],
-    give_up: float,
-    clock: ScenarioClock,
-) -> None:
-    """Execute a template's statements; PreviousArg slots are filled from earlier results."""
-    previous: list[Any] = []
-
-    async def body() -> None:
-        for st, args in zip(template.statements, drawn, strict=True):
-            values = [
-                previous[a.previous] if isinstance(a, PreviousArg) else v
-                for a, v in zip(st.args, args, strict=True)
-            ]
-            remaining = give_up - clock.mono()
-            if remaining <= 0:
-                raise TimeoutError
-            rows = await conn.fetch(st.sql, *values, timeout=remaining)
-            previous.append(rows[0][0] if rows else None)
-
-    if len(template.statements) == 1 and template.isolation == "read_committed":
-        await body()
-        return
-    async with conn.transaction(isolation=_ISOLATION[template.isolation]):  # type: ignore[arg-type]
-        await body()
+#: The arrival loop's shortest sleep: at high rates it wakes about once per this, not once per
+#: arrival (each wake-up costs the client more CPU than a unit's bookkeeping).
+MIN_SLEEP_S = 0.001
 
 
 class AttemptTimeout(Exception):
@@ -164,6 +100,7 @@ class _TemplateDriver(Generic[SpecT]):
         self._params = {**library.params, **params}
         self._template_seeds: dict[str, int] = {}
         self._units: dict[str, int] = {}
+        self._drawers: dict[str, list[list[Drawer | None]]] = {}
 
     def unit_rng(self, name: str, index: int) -> random.Random:
         """The argument stream of unit ``index`` of template ``name``: seeded by the run's
@@ -183,18 +120,64 @@ class _TemplateDriver(Generic[SpecT]):
         return index
 
     def _draw(self, name: str, index: int) -> list[list[Any]]:
-        """Arguments for every statement of unit ``index`` of template ``name``; PreviousArg
-        slots are filled at execution time."""
-        template = self.library.transactions[name]
-        sampler = ArgSampler(self._params, self.unit_rng(name, index))
-        return [
-            [None if isinstance(a, PreviousArg) else sampler.draw(a, []) for a in st.args]
-            for st in template.statements
-        ]
+        """Arguments for every statement of unit ``index`` of template ``name``; previous-result
+        slots are ``None``, filled at execution time."""
+        drawers = self._drawers.get(name)
+        if drawers is None:
+            template = self.library.transactions[name]
+            drawers = self._drawers[name] = template_drawers(template, self._params)
+        rng = self.unit_rng(name, index)
+        return [[None if d is None else d(rng) for d in st] for st in drawers]
+
+    def session(self, conn: asyncpg.Connection) -> TemplateSession:
+        return TemplateSession(conn, self.spec.protocol)
+
+
+@dataclass(slots=True)
+class _Unit:
+    """One admitted arrival. Times are monotonic: ``ready`` is when the client could issue it
+    (its scheduled time plus the client's own lag), and its deadline and give-up time count
+    from there, so a client that fell behind its timetable is not charged to the database."""
+
+    name: str
+    index: int
+    scheduled: float
+    ready: float
+    deadline: float
+    give_up: float
+    token: int
+
+
+class _Worker:
+    """A connection slot of one role: idle workers wait on ``event`` for a handed ``unit``."""
+
+    __slots__ = ("event", "unit")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.unit: _Unit | None = None
+
+
+class _Lane:
+    """The connection slots of one role: the idle ones, and the units waiting for one."""
+
+    __slots__ = ("role", "idle", "backlog", "workers")
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.idle: list[_Worker] = []
+        self.backlog: deque[_Unit] = deque()
+        self.workers: list[_Worker] = []
 
 
 class OltpDriver(_TemplateDriver[OltpWorkload]):
-    """Open-loop transaction arrivals with deadlines, retries and an in-flight cap."""
+    """Open-loop transaction arrivals with deadlines, retries and an in-flight cap.
+
+    Each role of the mix has ``connections`` slots, each a task that opens its session on
+    first use and keeps it (a pool); an arrival goes to an idle slot at once or waits in the
+    role's backlog, and counts against ``max_inflight`` until it ends. A client without a pool
+    (``connect_per_unit``) has ``max_inflight`` slots that connect for every unit.
+    """
 
     def __init__(
         self,
@@ -207,75 +190,175 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
         seed: int,
     ) -> None:
         super().__init__(spec, library, params, endpoint, clock, sink, seed)
-        self.pools = _Pools(
-            endpoint, spec.app_name, spec.connections, spec.client.recycle_after_queries
-        )
         self.inflight = 0
         self.rate_factor = 1.0
         self.leaked: list[asyncpg.Connection] = []
-
-    @asynccontextmanager
-    async def _connection(self, role: str, timeout_s: float) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection, or a fresh one per unit for pool-less clients."""
-        if self.spec.connect_per_unit:
-            conn = await self.endpoint.connect(
-                role, self.spec.app_name, connect_timeout_s=timeout_s
-            )
-            try:
-                yield conn
-            finally:
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await conn.close(timeout=2)
-                    except (OSError, asyncpg.InterfaceError, TimeoutError):
-                        conn.terminate()
-            return
-        pool = await self.pools.get(role)
-        async with pool.acquire(timeout=timeout_s) as conn:
-            yield conn
+        self._lanes: dict[str, _Lane] = {}
+        self._deadline_s = spec.deadline_ms / 1000.0
+        self._timeout_s = (spec.timeout_ms or 4 * spec.deadline_ms) / 1000.0
+        self._drained: anyio.Event | None = None
 
     async def run(self) -> None:
         spec = self.spec
         clock = self.clock
+        sink = self.sink
+        mono = clock.mono
+        slots = spec.max_inflight if spec.connect_per_unit else spec.connections
+        roles = {self.library.transactions[n].role for n in self.mix.names}
+        lanes = self._lanes = {role: _Lane(role) for role in sorted(roles)}
+        unit_lanes = {n: lanes[self.library.transactions[n].role] for n in self.mix.names}
         try:
             async with anyio.create_task_group() as tg:
+                for lane in lanes.values():
+                    for _ in range(slots):
+                        worker = _Worker()
+                        lane.workers.append(worker)
+                        tg.start_soon(self._work, lane, worker)
                 if spec.client.leak is not None:
                     tg.start_soon(self._leak, spec.client.leak)
                 if spec.start_s is not None:
                     await clock.sleep_until(spec.start_s)
-                next_mono = clock.mono()
+                stop_mono = None if spec.stop_s is None else clock.to_mono(spec.stop_s)
+                poisson = spec.arrival == "poisson"
+                next_mono = mono()
                 while True:
                     rate = spec.rate_per_s * self.rate_factor
-                    gap = self.rng.expovariate(rate) if spec.arrival == "poisson" else 1.0 / rate
-                    next_mono += gap
-                    delay = next_mono - clock.mono()
-                    if delay > 0:
-                        await anyio.sleep(delay)
-                    if spec.stop_s is not None and clock.to_scenario(next_mono) >= spec.stop_s:
+                    next_mono += self.rng.expovariate(rate) if poisson else 1.0 / rate
+                    now = mono()
+                    if next_mono > now:
+                        # never a wake-up per arrival: arrivals less than MIN_SLEEP_S apart are
+                        # issued together, up to that late (recorded as client lag)
+                        await anyio.sleep(max(next_mono - now, MIN_SLEEP_S))
+                        now = mono()
+                    if stop_mono is not None and next_mono >= stop_mono:
+                        # the timetable has ended: let the admitted units finish, then stop
+                        while self.inflight:
+                            self._drained = anyio.Event()
+                            await self._drained.wait()
+                        tg.cancel_scope.cancel()
                         return
                     name = self.mix.pick(self.rng)
                     index = self.next_unit(name)  # a dropped unit keeps its index
+                    lag = now - next_mono if now > next_mono else 0.0
+                    for lane in lanes.values():
+                        if lane.backlog and lane.backlog[0].give_up <= now:
+                            self._expire(lane, now)
                     if self.inflight >= spec.max_inflight:
-                        t = clock.to_scenario(next_mono)
-                        self.sink.add(
-                            spec.name,
-                            "oltp",
-                            name,
-                            t,
-                            None,
-                            t,
-                            0.0,
-                            0,
-                            Outcome.DROPPED,
-                            error="max_inflight",
-                        )
+                        t = clock.to_scenario(now)
+                        sink.add(spec.name, "oltp", name, clock.to_scenario(next_mono), None, t,
+                                 0.0, 0, Outcome.DROPPED, None, "max_inflight", None,
+                                 lag * 1000.0)  # fmt: skip
                         continue
+                    unit = _Unit(name, index, next_mono, now, now + self._deadline_s,
+                                 now + self._timeout_s, next(sink.tokens))  # fmt: skip
                     self.inflight += 1
-                    tg.start_soon(self._unit, name, index, next_mono)
+                    sink.ledger.begin(name)
+                    sink.started(spec.name, unit.token, clock.to_scenario(next_mono),
+                                 clock.to_scenario(unit.deadline), now)  # fmt: skip
+                    lane = unit_lanes[name]
+                    if lane.idle:
+                        worker = lane.idle.pop()
+                        worker.unit = unit
+                        worker.event.set()
+                    else:
+                        lane.backlog.append(unit)
         finally:
-            await self.pools.close()
+            self._unfinished()
             for conn in self.leaked:
                 conn.terminate()
+
+    async def _work(self, lane: _Lane, worker: _Worker) -> None:
+        """A connection slot: takes units from the backlog, or waits idle for one."""
+        session: TemplateSession | None = None
+        try:
+            while True:
+                if lane.backlog:
+                    unit = lane.backlog.popleft()
+                else:
+                    worker.event = anyio.Event()
+                    lane.idle.append(worker)
+                    await worker.event.wait()
+                    handed, worker.unit = worker.unit, None
+                    assert handed is not None
+                    unit = handed
+                if unit.give_up <= self.clock.mono():
+                    self._give_up(unit)
+                    continue
+                session = await self._unit(lane.role, unit, session)
+        finally:
+            if session is not None:
+                # politely: a close waits for a cancel request still on its way, which a
+                # terminate would drop (leaving the server running an abandoned statement)
+                await session.close()
+
+    def _expire(self, lane: _Lane, now: float) -> None:
+        """Units that waited for a connection past their give-up time: the client gave up."""
+        backlog = lane.backlog
+        while backlog and backlog[0].give_up <= now:
+            self._give_up(backlog.popleft())
+
+    def _give_up(self, unit: _Unit) -> None:
+        self._end(unit, None, unit.give_up, False, 0, None, "client_timeout", 0)
+
+    def _unfinished(self) -> None:
+        """At the end of the run, units still waiting for a connection: past their deadline
+        they are misses, otherwise their outcome is unknown and they are not samples."""
+        end = self.clock.mono()
+        for lane in self._lanes.values():
+            waiting = list(lane.backlog)
+            waiting += [w.unit for w in lane.workers if w.unit is not None]
+            lane.backlog.clear()
+            for unit in waiting:
+                self._end(unit, None, end, False, 0, None, "unfinished at the end of the run",
+                          0, cancelled=True)  # fmt: skip
+
+    def _end(
+        self,
+        unit: _Unit,
+        start: float | None,
+        end: float,
+        ok: bool,
+        retries: int,
+        sqlstate: str | None,
+        error: str | None,
+        in_doubt: int,
+        cancelled: bool = False,
+    ) -> None:
+        """Account for a unit that ended: the ledger, the in-flight count and its sample."""
+        self.inflight -= 1
+        if self._drained is not None and not self.inflight:
+            self._drained.set()
+        sink = self.sink
+        sink.ledger.end(unit.name, committed=ok, in_doubt=in_doubt)
+        sink.finished(unit.token)
+        # A unit cut off by the end of the run before its deadline has an unknown outcome
+        # and is not a sample; one already past its deadline is a real miss.
+        if cancelled and end <= unit.deadline:
+            return
+        if ok:
+            outcome = Outcome.ON_TIME if end <= unit.deadline else Outcome.LATE
+        else:
+            outcome = Outcome.ERROR
+        to_scenario = self.clock.to_scenario
+        sink.add(
+            self.spec.name,
+            "oltp",
+            unit.name,
+            to_scenario(unit.scheduled),
+            None if start is None else to_scenario(start),
+            to_scenario(end),
+            (end - unit.ready) * 1000.0,
+            retries,
+            outcome,
+            None if ok else sqlstate,
+            None if ok else error,
+            None,
+            (unit.ready - unit.scheduled) * 1000.0,
+        )
+
+    async def _connect(self, role: str, timeout_s: float) -> TemplateSession:
+        conn = await self.endpoint.connect(role, self.spec.app_name, connect_timeout_s=timeout_s)
+        return self.session(conn)
 
     async def _leak(self, leak: ConnectionLeak) -> None:
         """Open connections and never close them, at the leak's rate, up to its maximum."""
@@ -293,7 +376,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
 
     async def _attempt(
         self,
-        conn: asyncpg.Connection,
+        session: TemplateSession,
         template: TransactionTemplate,
         drawn: list[list[Any]],
         give_up: float,
@@ -303,12 +386,12 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
         the server keeps running the query) or cancels it, and raises :class:`AttemptTimeout`."""
         client = self.spec.client
         if client.attempt_timeout_ms is None:
-            await _run_transaction(conn, template, drawn, give_up, self.clock)
+            await session.run(template, drawn, give_up, self.clock)
             return
         cutoff = min(give_up, self.clock.mono() + client.attempt_timeout_ms / 1000.0)
         if client.on_attempt_timeout == "cancel":
             try:
-                await _run_transaction(conn, template, drawn, cutoff, self.clock)
+                await session.run(template, drawn, cutoff, self.clock)
             except TimeoutError:
                 raise AttemptTimeout from None
             return
@@ -318,13 +401,13 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
             nonlocal abandoned
             await anyio.sleep(max(cutoff - self.clock.mono(), 0.0))
             abandoned = True
-            conn.terminate()
+            session.terminate()
 
         failure: BaseException | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(abandon_at_cutoff)
             try:
-                await _run_transaction(conn, template, drawn, give_up, self.clock)
+                await session.run(template, drawn, give_up, self.clock)
             # raised below, outside the task group, so the unit's own handlers see it (a
             # server error such as 57014 as itself), not as an exception group
             except Exception as exc:
@@ -337,13 +420,15 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                 raise AttemptTimeout from None
             raise failure
 
-    async def _unit(self, name: str, index: int, scheduled: float) -> None:
+    async def _unit(
+        self, role: str, unit: _Unit, session: TemplateSession | None
+    ) -> TemplateSession | None:
+        """Run one unit with retries on this slot's session; returns the session to keep."""
         spec = self.spec
-        clock = self.clock
-        template = self.library.transactions[name]
-        drawn = self._draw(name, index)
-        deadline = scheduled + spec.deadline_ms / 1000.0
-        give_up = scheduled + (spec.timeout_ms or 4 * spec.deadline_ms) / 1000.0
+        mono = self.clock.mono
+        template = self.library.transactions[unit.name]
+        drawn = self._draw(unit.name, unit.index)
+        give_up = unit.give_up
         retries = 0
         in_doubt = 0  # attempts that may have committed without the client knowing
         attempts_left = spec.client.immediate_retries
@@ -352,21 +437,19 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
         error: str | None = None
         ok = False
         cancelled = False
-        token = id(drawn)
-        self.sink.ledger.begin(name)
-        self.sink.started(spec.name, token, clock.to_scenario(scheduled),
-                          clock.to_scenario(deadline), scheduled)  # fmt: skip
         try:
             while True:
-                remaining = give_up - clock.mono()
+                remaining = give_up - mono()
                 if remaining <= 0:
                     error = "client_timeout"
                     break
                 try:
-                    async with self._connection(template.role, remaining) as conn:
-                        if start is None:
-                            start = clock.mono()
-                        await self._attempt(conn, template, drawn, give_up)
+                    if session is None or session.is_closed():
+                        session = None
+                        session = await self._connect(role, remaining)
+                    if start is None:
+                        start = mono()
+                    await self._attempt(session, template, drawn, give_up)
                     ok = True
                     break
                 except AttemptTimeout:
@@ -392,41 +475,23 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                 except CONNECTION_ERRORS as exc:
                     error = f"{type(exc).__name__}: {exc}"[:300]
                     in_doubt += start is not None
+                    if session is not None:
+                        session.terminate()  # a session in an unknown state is not reused
+                        session = None
                     break
-        except CONNECTION_ERRORS as exc:
-            error = f"{type(exc).__name__}: {exc}"[:300]
-            in_doubt += start is not None
-        except asyncpg.PostgresError as exc:
-            sqlstate, error = exc.sqlstate, str(exc)[:300]
         except anyio.get_cancelled_exc_class():
             cancelled = True
             error = "unfinished at the end of the run"
             in_doubt += start is not None and not ok
             raise
         finally:
-            self.inflight -= 1
-            self.sink.ledger.end(name, committed=ok, in_doubt=in_doubt)
-            self.sink.finished(token)
-            end = clock.mono()
-            # A unit cut off by the end of the run before its deadline has an unknown outcome
-            # and is not a sample; one already past its deadline is a real miss.
-            if not (cancelled and end <= deadline):
-                outcome = (
-                    (Outcome.ON_TIME if end <= deadline else Outcome.LATE) if ok else Outcome.ERROR
-                )
-                self.sink.add(
-                    spec.name,
-                    "oltp",
-                    name,
-                    clock.to_scenario(scheduled),
-                    None if start is None else clock.to_scenario(start),
-                    clock.to_scenario(end),
-                    (end - scheduled) * 1000.0,
-                    retries,
-                    outcome,
-                    None if ok else sqlstate,
-                    None if ok else error,
-                )
+            self._end(unit, start, mono(), ok, retries, sqlstate, error, in_doubt, cancelled)
+        if session is not None:
+            recycle = spec.client.recycle_after_queries
+            if spec.connect_per_unit or (recycle is not None and session.queries >= recycle):
+                await session.close()
+                session = None
+        return session
 
 
 @dataclass(frozen=True)
@@ -486,10 +551,14 @@ class OlapDriver:
         clock = self.clock
         name = job.name or job.template
         scheduled = clock.to_mono(at_s)
+        # how late the client itself started the job (its own loop, not the server): the
+        # deadline and the latency count from there
+        ready = max(scheduled, clock.mono())
+        lag = ready - scheduled
         if job.due_s is not None:
-            deadline = clock.to_mono(job.due_s)
+            deadline = clock.to_mono(job.due_s) + lag
         else:
-            deadline = scheduled + (job.deadline_ms or 0) / 1000.0
+            deadline = ready + (job.deadline_ms or 0) / 1000.0
         start: float | None = None
         attempts = 0
         result = _JobAttempt()
@@ -519,12 +588,13 @@ class OlapDriver:
                 at_s,
                 None if start is None else clock.to_scenario(start),
                 clock.to_scenario(end),
-                (end - scheduled) * 1000.0,
+                (end - ready) * 1000.0,
                 max(attempts - 1, 0),
                 outcome,
                 result.sqlstate,
                 result.error,
                 result.correct,
+                lag * 1000.0,
             )
 
     async def _attempt(self, job: OlapJob) -> _JobAttempt:
@@ -585,7 +655,7 @@ class BackgroundDriver(_TemplateDriver[BackgroundWorkload]):
 
     async def _session(self, index: int) -> None:
         clock = self.clock
-        conn: asyncpg.Connection | None = None
+        session: TemplateSession | None = None
         role: str | None = None
         try:
             while True:
@@ -597,20 +667,25 @@ class BackgroundDriver(_TemplateDriver[BackgroundWorkload]):
                 sent, lost = False, False
                 self.sink.ledger.begin(name)
                 try:
-                    if conn is None or conn.is_closed() or role != template.role:
-                        if conn is not None:
-                            await conn.close(timeout=5)
+                    if session is None or session.is_closed() or role != template.role:
+                        if session is not None:
+                            await session.close()
+                            session = None
                         role = template.role
-                        conn = await self.endpoint.connect(role, self.spec.app_name)
+                        session = self.session(
+                            await self.endpoint.connect(role, self.spec.app_name)
+                        )
                     sent = True
-                    await _run_transaction(conn, template, drawn, t0 + 3600.0, clock)
+                    await session.run(template, drawn, t0 + 3600.0, clock)
                     ok = True
                 except asyncpg.PostgresError as exc:
                     sqlstate, error = exc.sqlstate, str(exc)[:300]
                 except CONNECTION_ERRORS as exc:
                     error = f"{type(exc).__name__}: {exc}"[:300]
                     lost = sent
-                    conn = None
+                    if session is not None:
+                        session.terminate()
+                        session = None
                     await anyio.sleep(0.5)
                 except BaseException:  # cancelled at the end of the run: it may have committed
                     lost = sent
@@ -633,8 +708,8 @@ class BackgroundDriver(_TemplateDriver[BackgroundWorkload]):
                 )
                 await anyio.sleep(self.spec.pause_ms / 1000.0)
         finally:
-            if conn is not None:
-                conn.terminate()
+            if session is not None:
+                session.terminate()
 
 
 Driver = OltpDriver | OlapDriver | BackgroundDriver

@@ -53,6 +53,18 @@ class DriverLedger:
             self._committed[unit] += 1
         self._in_doubt[unit] += in_doubt
 
+    def state(self) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+        """The raw counters (committed, in doubt, in flight), to relay to another process."""
+        return dict(self._committed), dict(self._in_doubt), dict(self._in_flight)
+
+    def load(self, *states: tuple[dict[str, int], dict[str, int], dict[str, int]]) -> None:
+        """Replace the counters by the sum of relayed states (one per driver process)."""
+        self._committed, self._in_doubt, self._in_flight = Counter(), Counter(), Counter()
+        for committed, in_doubt, in_flight in states:
+            self._committed.update(committed)
+            self._in_doubt.update(in_doubt)
+            self._in_flight.update(in_flight)
+
     def snapshot(self) -> LedgerSnapshot:
         names = set(self._committed) | set(self._in_doubt) | set(self._in_flight)
         return LedgerSnapshot(

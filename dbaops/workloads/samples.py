@@ -23,7 +23,10 @@ class SLOSample(BaseModel):
     """One transaction, job or background unit.
 
     Times ``*_s`` are scenario seconds; ``latency_ms`` is wall milliseconds from the
-    *scheduled* start to the end, so queueing, lock waits and retries count.
+    *scheduled* start to the end, so queueing for a connection, lock waits and retries count.
+    What the client itself was late by (``client_lag_ms``: its event loop started the unit
+    after its scheduled time) is not the server's and is left out: ``latency_ms`` and the
+    deadline count from ``scheduled_s`` plus the lag.
     """
 
     workload: str
@@ -38,6 +41,7 @@ class SLOSample(BaseModel):
     sqlstate: str | None = None
     error: str | None = None
     correct: bool | None = None  # OLAP result check; None where not applicable
+    client_lag_ms: float | None = None  # the client's own lateness at the unit's start
 
 
 def samples_frame(samples: list[SLOSample]) -> pl.DataFrame:

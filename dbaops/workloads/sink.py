@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import deque
+from collections.abc import Iterable
+from typing import Protocol
 
 import anyio
 import polars as pl
@@ -15,8 +18,27 @@ from dbaops.workloads.samples import Outcome
 _COLUMNS = list(SAMPLE_SCHEMA)
 
 SampleRow = tuple[
-    str, str, str, float, float | None, float, float, int, str, str | None, str | None, bool | None
+    str,
+    str,
+    str,
+    float,
+    float | None,
+    float,
+    float,
+    int,
+    str,
+    str | None,
+    str | None,
+    bool | None,
+    float | None,
 ]
+
+
+class SampleSource(Protocol):
+    """Where a sink's rows come from when the drivers run elsewhere (their own process)."""
+
+    async def sync(self) -> None:
+        """Return once every row and ledger change made before the call is in the sink."""
 
 
 class SampleSink:
@@ -27,15 +49,27 @@ class SampleSink:
     the clients committed (see :mod:`dbaops.workloads.ledger`).
     """
 
-    def __init__(self, parts: ParquetParts | None, recent_s: float = 120.0) -> None:
+    def __init__(self, parts: ParquetParts | None, recent_s: float | None = 120.0) -> None:
         self._parts = parts
         self._pending: list[SampleRow] = []
         self._recent: deque[SampleRow] = deque()
         self._recent_s = recent_s
         self._lock = threading.Lock()
-        self._inflight: dict[int, tuple[str, float, float, float]] = {}
+        self._inflight: dict[object, tuple[str, float, float, float]] = {}
         self.total = 0
         self.ledger = DriverLedger()
+        self.tokens = itertools.count()  # in-flight keys, unique across the sink's drivers
+        self._source: SampleSource | None = None
+
+    def attach(self, source: SampleSource) -> None:
+        """Rows arrive from ``source`` (see :meth:`extend`); :meth:`refresh` syncs with it."""
+        self._source = source
+
+    async def refresh(self) -> None:
+        """Make the sink current before reading it for a check (a no-op for drivers in this
+        process, whose rows are added as they finish)."""
+        if self._source is not None:
+            await self._source.sync()
 
     def add(
         self,
@@ -51,6 +85,7 @@ class SampleSink:
         sqlstate: str | None = None,
         error: str | None = None,
         correct: bool | None = None,
+        client_lag_ms: float | None = None,
     ) -> None:
         row: SampleRow = (
             workload,
@@ -65,20 +100,47 @@ class SampleSink:
             sqlstate,
             error,
             correct,
+            client_lag_ms,
         )
         self._pending.append(row)
-        self._recent.append(row)
         self.total += 1
+        if self._recent_s is None:
+            return
+        self._recent.append(row)
         horizon = end_s - self._recent_s
         while self._recent and self._recent[0][5] < horizon:
             self._recent.popleft()
 
-    def started(self, workload: str, token: int, scheduled_s: float, deadline_s: float,
+    def extend(self, rows: Iterable[SampleRow]) -> None:
+        """Rows finished elsewhere (a driver process), in the order they ended."""
+        for row in rows:
+            self._pending.append(row)
+            self.total += 1
+            if self._recent_s is not None:
+                self._recent.append(row)
+        if self._recent_s is not None and self._recent:
+            horizon = self._recent[-1][5] - self._recent_s
+            while self._recent and self._recent[0][5] < horizon:
+                self._recent.popleft()
+
+    def take(self) -> list[SampleRow]:
+        """The rows added since the last take (for relaying them to another process)."""
+        rows, self._pending = self._pending, []
+        return rows
+
+    def in_flight(self) -> dict[object, tuple[str, float, float, float]]:
+        """The units in flight: key -> (workload, scheduled_s, deadline_s, start monotonic)."""
+        return dict(self._inflight)
+
+    def replace_in_flight(self, units: dict[object, tuple[str, float, float, float]]) -> None:
+        self._inflight = units
+
+    def started(self, workload: str, token: object, scheduled_s: float, deadline_s: float,
                 scheduled_mono: float) -> None:  # fmt: skip
         """A unit is in flight (so a stalled one counts as a miss before it finishes)."""
         self._inflight[token] = (workload, scheduled_s, deadline_s, scheduled_mono)
 
-    def finished(self, token: int) -> None:
+    def finished(self, token: object) -> None:
         self._inflight.pop(token, None)
 
     def recent(self, since_s: float, now: tuple[float, float] | None = None) -> pl.DataFrame:
@@ -97,7 +159,8 @@ class SampleSink:
                 if deadline_s < now_s and sched_s >= since_s:
                     rows.append((workload, "oltp", "(in flight)", sched_s, None, now_s,
                                  (now_mono - sched_mono) * 1000.0, 0, Outcome.LATE.value,
-                                 None, "in flight past its deadline", None))  # fmt: skip
+                                 None, "in flight past its deadline", None,
+                                 None))  # fmt: skip
         return pl.DataFrame(rows, schema=SAMPLE_SCHEMA, orient="row")
 
     def scheduled_between(self, since_s: float, until_s: float) -> pl.DataFrame:

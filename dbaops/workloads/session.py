@@ -1,0 +1,155 @@
+"""One client session running transaction templates: the driver's hot path.
+
+``prepared`` (the default) prepares each statement once per connection, ``BEGIN`` and
+``COMMIT`` included, and executes it with parameters: the round trips of ``pgbench -M
+prepared`` (BEGIN, the statements, COMMIT), without the per-call statement-cache lookup and
+transaction object of asyncpg's connection methods. ``simple`` writes the arguments into the
+SQL text and sends each statement as a simple query, so the server parses and plans it on every
+run (``pgbench -M simple``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import anyio
+import asyncpg
+from asyncpg.prepared_stmt import PreparedStatement as Statement
+
+from dbaops.clock import ScenarioClock
+from dbaops.workloads.spec import TransactionTemplate
+
+Protocol = Literal["prepared", "simple"]
+
+_BEGIN = {
+    "read_committed": "BEGIN ISOLATION LEVEL READ COMMITTED",
+    "repeatable_read": "BEGIN ISOLATION LEVEL REPEATABLE READ",
+    "serializable": "BEGIN ISOLATION LEVEL SERIALIZABLE",
+}
+
+#: A quoted literal, a quoted identifier, a comment, or a ``$n`` placeholder.
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|\$(\d+)", re.S)
+
+
+def sql_literal(value: Any) -> str:
+    """A Python value as an SQL literal (standard-conforming strings)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value)
+    if "\x00" in text:
+        raise ValueError("an SQL literal cannot hold a NUL character")
+    return "'" + text.replace("'", "''") + "'"
+
+
+def inline_args(sql: str, args: Sequence[Any]) -> str:
+    """``sql`` with each ``$n`` outside quotes and comments replaced by its argument's literal."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) is None:
+            return m.group(0)
+        return sql_literal(args[int(m.group(1)) - 1])
+
+    return _TOKENS.sub(sub, sql)
+
+
+class TemplateSession:
+    """An asyncpg connection and the statements it has prepared; ``queries`` counts the
+    statements it has run (for a client that recycles connections)."""
+
+    def __init__(self, conn: asyncpg.Connection, protocol: Protocol = "prepared") -> None:
+        self.conn = conn
+        self.protocol: Protocol = protocol
+        self.queries = 0
+        self._prepared: dict[str, Statement] = {}
+
+    def is_closed(self) -> bool:
+        return self.conn.is_closed()
+
+    async def _statement(self, sql: str) -> Statement:
+        stmt = self._prepared.get(sql)
+        if stmt is None:
+            stmt = self._prepared[sql] = await self.conn.prepare(sql)
+        return stmt
+
+    async def _run(self, sql: str, args: Sequence[Any]) -> Any:
+        """One statement; returns the first column of its first row (None without rows)."""
+        self.queries += 1
+        if self.protocol == "simple":
+            await self.conn.execute(inline_args(sql, args) if args else sql)
+            return None
+        stmt = await self._statement(sql)
+        try:
+            rows = await stmt.fetch(*args)
+        except (asyncpg.InvalidCachedStatementError, asyncpg.OutdatedSchemaCacheError):
+            # the result type changed (ALTER TABLE, ALTER TYPE): prepare again next time,
+            # and retry at once outside a transaction, as asyncpg's own cache does
+            self._prepared.clear()
+            await self.conn.reload_schema_state()
+            if self.conn.is_in_transaction():
+                raise
+            rows = await (await self._statement(sql)).fetch(*args)
+        return rows[0][0] if rows else None
+
+    async def run(
+        self,
+        template: TransactionTemplate,
+        drawn: list[list[Any]],
+        give_up: float,
+        clock: ScenarioClock,
+    ) -> None:
+        """Execute a template's statements (in a transaction unless it is one statement at
+        read committed) by monotonic time ``give_up``, else raise ``TimeoutError`` (asyncpg
+        sends the server a cancel request for the statement then running). ``None`` slots
+        (previous-result arguments) are filled from earlier statements' results. On any
+        failure an open transaction is rolled back, or the connection closed if that fails."""
+        remaining = give_up - clock.mono()
+        if remaining <= 0:
+            raise TimeoutError
+        # one deadline for the attempt, not a timer per statement
+        with anyio.fail_after(remaining):
+            statements = template.statements
+            if len(statements) == 1 and template.isolation == "read_committed":
+                await self._run(statements[0].sql, drawn[0])
+                return
+            previous: list[Any] = []
+            try:
+                await self._run(_BEGIN[template.isolation], ())
+                for st, args in zip(statements, drawn, strict=True):
+                    if None in args:
+                        args = [
+                            previous[a.previous] if v is None and hasattr(a, "previous") else v
+                            for a, v in zip(st.args, args, strict=True)
+                        ]
+                    previous.append(await self._run(st.sql, args))
+                await self._run("COMMIT", ())
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self.rollback()
+                raise
+
+    async def rollback(self) -> None:
+        """End a transaction a failure left open; a session that cannot is terminated."""
+        conn = self.conn
+        if conn.is_closed() or not conn.is_in_transaction():
+            return
+        try:
+            await conn.execute("ROLLBACK", timeout=2)
+        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError, TimeoutError):
+            conn.terminate()
+
+    def terminate(self) -> None:
+        self.conn.terminate()
+
+    async def close(self) -> None:
+        """Close politely, or terminate a session that does not answer."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.conn.close(timeout=2)
+            except (OSError, asyncpg.InterfaceError, TimeoutError):
+                self.conn.terminate()
