@@ -59,6 +59,17 @@ def render(monitor: RunMonitor) -> Group:
             str(c.observed)[:60],
         )
     parts: list[object] = [head]
+    lag = monitor.client_lag
+    if lag is not None and (lag.current is not None or lag.records):
+        now_text = "" if lag.current is None else f"now p99 {lag.current:.0f} ms; "
+        parts.append(
+            Text(
+                f"warning: the workload client is behind its timetable ({now_text}worst "
+                f"{lag.worst_ms:.0f} ms, {lag.records} stretch(es) over {lag.bound_ms:g} ms "
+                "recorded): latencies leave it out, but the load offered is not the scenario's",
+                style="yellow",
+            )
+        )
     agent = monitor.agent
     if agent is not None and hasattr(agent, "progress"):
         p = agent.progress()

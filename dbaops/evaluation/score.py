@@ -28,6 +28,7 @@ from dbaops.record.cost import CostSummary, summarize_cost
 from dbaops.record.kinds import (
     ActorRecord,
     CheckRecord,
+    ClientLagRecord,
     PhaseRecord,
     Record,
     RunEnd,
@@ -278,6 +279,15 @@ def score_loaded_run(run: RunData) -> RunVerdict:
         and status != "not_manifested"
     )
     horizon = _scored_horizon(sc, header, records)
+    lagged = [r for r in records if isinstance(r, ClientLagRecord)]
+    if lagged:
+        notes.append(
+            f"the workload client fell behind its timetable in {len(lagged)} stretch(es) of "
+            f"{sum(r.window_s for r in lagged):.1f} scenario-s (worst p99 "
+            f"{max(r.p99_ms for r in lagged):.0f} ms, max {max(r.max_ms for r in lagged):.0f} "
+            f"ms, bound {lagged[0].bound_ms:g} ms): latencies and deadlines leave the client's "
+            "lag out, but the load the server saw there was burstier than the scenario's timetable"
+        )
     if not complete:
         seen = [r.t_scn for r in records if r.t_scn is not None]
         reached = max(seen) if seen else 0.0

@@ -95,8 +95,11 @@ class _Channel:
 
     async def receive(self) -> tuple[Any, ...]:
         """The next message; raises ``anyio.EndOfStream`` when the other end closed."""
-        (size,) = _HEADER.unpack(await self._reader.receive_exactly(_HEADER.size))
-        message: tuple[Any, ...] = pickle.loads(await self._reader.receive_exactly(size))
+        try:
+            (size,) = _HEADER.unpack(await self._reader.receive_exactly(_HEADER.size))
+            message: tuple[Any, ...] = pickle.loads(await self._reader.receive_exactly(size))
+        except anyio.IncompleteRead:
+            raise anyio.EndOfStream from None
         return message
 
     async def aclose(self) -> None:
