@@ -8,6 +8,7 @@ connection, lock waits, retries and backoff all count.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import hashlib
 import itertools
@@ -149,13 +150,26 @@ class _Unit:
 
 
 class _Worker:
-    """A connection slot of one role: idle workers wait on ``event`` for a handed ``unit``."""
+    """A connection slot of one role: an idle worker waits on ``handed`` for its next unit
+    (an asyncio future, the cheapest wake-up there is; asyncpg is asyncio-only anyway)."""
 
-    __slots__ = ("event", "unit")
+    __slots__ = ("handed", "unit")
 
     def __init__(self) -> None:
-        self.event = anyio.Event()
+        self.handed: asyncio.Future[None] | None = None
         self.unit: _Unit | None = None
+
+
+def _hand(lane: _Lane, unit: _Unit) -> bool:
+    """Give ``unit`` to an idle worker of ``lane``, if one is waiting."""
+    while lane.idle:
+        worker = lane.idle.pop()
+        handed = worker.handed
+        if handed is not None and not handed.done():  # (done: cancelled with the run)
+            worker.unit = unit
+            handed.set_result(None)
+            return True
+    return False
 
 
 class _Lane:
@@ -256,11 +270,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                     sink.started(spec.name, unit.token, clock.to_scenario(next_mono),
                                  clock.to_scenario(unit.deadline), now)  # fmt: skip
                     lane = unit_lanes[name]
-                    if lane.idle:
-                        worker = lane.idle.pop()
-                        worker.unit = unit
-                        worker.event.set()
-                    else:
+                    if not _hand(lane, unit):
                         lane.backlog.append(unit)
         finally:
             self._unfinished()
@@ -270,14 +280,15 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
     async def _work(self, lane: _Lane, worker: _Worker) -> None:
         """A connection slot: takes units from the backlog, or waits idle for one."""
         session: TemplateSession | None = None
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 if lane.backlog:
                     unit = lane.backlog.popleft()
                 else:
-                    worker.event = anyio.Event()
+                    worker.handed = loop.create_future()
                     lane.idle.append(worker)
-                    await worker.event.wait()
+                    await worker.handed
                     handed, worker.unit = worker.unit, None
                     assert handed is not None
                     unit = handed
