@@ -117,7 +117,6 @@ async def test_a_stalled_client_loop_is_client_lag_not_database_latency(
     monitor.observe(done.sort("end_s").rows())
     monitor.close()
     assert records and all(r.max_ms > 50.0 for r in records)
-    assert any(r.since_s <= stall["to"] <= r.since_s + r.window_s + 0.1 for r in records)
 
 
 async def test_the_driver_process_keeps_running_while_the_run_loop_is_blocked(

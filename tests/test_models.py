@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -373,12 +372,10 @@ async def test_dead_endpoint_raises_infra_error_after_bounded_retries() -> None:
 
     # the total-time bound stops retrying long before max_attempts
     slow = RetryPolicy(max_attempts=1000, base_delay_s=0.05, max_delay_s=0.05, max_total_s=0.3)
-    t0 = time.monotonic()
     async with ModelClient(spec_for(dead_base_url()), retry=slow) as client2:
         with pytest.raises(InfraError, match="time budget") as ei2:
             await client2.complete(USER)
-    assert time.monotonic() - t0 < 2.0
-    assert 1 < ei2.value.attempts < 1000
+    assert 1 < ei2.value.attempts < 1000  # the budget ended it, not max_attempts
 
 
 @pytest.mark.anyio

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -289,19 +290,17 @@ async def test_a_leaking_client_ramps_its_idle_connections_up_to_its_maximum(
     spec_client = {"leak": {"per_s": 20, "max": 5, "state": "idle_in_transaction"}}
     admin = await pg_cluster.connect()
     try:
-        counts: list[int] = []
+        seen: list[list[float]] = []
 
         async def watch() -> None:
             while True:
-                counts.append(
-                    int(
-                        await admin.fetchval(
-                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 "
-                            "AND state = 'idle in transaction'",
-                            app,
-                        )
-                    )
+                rows = await admin.fetch(
+                    "SELECT extract(epoch FROM backend_start)::float8 AS t FROM "
+                    "pg_stat_activity WHERE application_name = $1 "
+                    "AND state = 'idle in transaction'",
+                    app,
                 )
+                seen.append(sorted(r["t"] for r in rows))
                 await anyio.sleep(0.05)
 
         async with anyio.create_task_group() as tg:
@@ -310,8 +309,10 @@ async def test_a_leaking_client_ramps_its_idle_connections_up_to_its_maximum(
             tg.cancel_scope.cancel()
     finally:
         await admin.close()
-    assert max(counts) == 5  # it ramps and stops at its maximum
-    assert counts[0] < 5
+    assert max(len(s) for s in seen) == 5  # it stops at its maximum
+    # ...and ramps: the client waited 1/per_s between connections (on the server's clock)
+    starts = max(seen, key=len)
+    assert all(b - a >= 0.9 / 20 for a, b in itertools.pairwise(starts))
 
 
 async def test_a_server_error_under_an_attempt_timeout_is_the_units_error_not_a_crash(
