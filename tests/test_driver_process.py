@@ -24,9 +24,9 @@ from dbaops.scenario.model import OltpWorkload
 from dbaops.workloads.drivers import OltpDriver
 from dbaops.workloads.host import DriverPlan, DriverProcess, DriverProcessError, run_workloads
 from dbaops.workloads.lag import ClientLagMonitor
-from dbaops.workloads.session import inline_args, sql_literal
+from dbaops.workloads.session import TemplateSession, inline_args, sql_literal
 from dbaops.workloads.sink import SampleSink
-from dbaops.workloads.spec import WorkloadLibrary
+from dbaops.workloads.spec import TransactionTemplate, WorkloadLibrary
 
 pytestmark = pytest.mark.anyio
 
@@ -317,3 +317,31 @@ async def test_the_same_seed_issues_the_same_statements_on_a_connection(
     n = min(len(first), len(again))
     assert n >= 5 and first[:n] == again[:n]
     assert other[: min(n, len(other))] != first[: min(n, len(other))]
+
+
+async def test_the_hot_path_runs_prepared_statements_through_asyncpgs_protocol(
+    pg_cluster: PostgresCluster,
+) -> None:
+    """The installed asyncpg has the protocol call the session uses (an upgrade that drops it
+    falls back to the public fetch, and this test says so), and a statement whose result type
+    changed under it (ALTER TABLE) is prepared again."""
+    conn = await pg_cluster.connect()
+    try:
+        await conn.execute("DROP TABLE IF EXISTS hot_t; CREATE TABLE hot_t (k int); "
+                           "INSERT INTO hot_t VALUES (1)")  # fmt: skip
+        stmt = await conn.prepare("SELECT 1")
+        assert hasattr(conn._protocol, "bind_execute") and hasattr(stmt, "_state")
+        session = TemplateSession(conn)
+        template = TransactionTemplate.model_validate(
+            {"role": "postgres",
+             "statements": [{"sql": "SELECT * FROM hot_t WHERE k = $1", "args": [{"const": 1}]}]}
+        )  # fmt: skip
+        clock = ScenarioClock()
+        await session.run(template, [[1]], clock.mono() + 60, clock)
+        (first,) = session._prepared.values()
+        await conn.execute("ALTER TABLE hot_t ADD COLUMN extra int")
+        await session.run(template, [[1]], clock.mono() + 60, clock)  # fails once, re-prepared
+        (again,) = session._prepared.values()
+        assert again[0] is not first[0]
+    finally:
+        await conn.close()
