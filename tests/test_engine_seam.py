@@ -68,7 +68,7 @@ def test_read_log_reads_what_the_engine_and_the_harness_expose() -> None:
     late = datetime.fromtimestamp(start + 60, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     lines = [f"{early} UTC [1] LOG:  before", f"{late} UTC [2] ERROR:  deadlock detected"]
     samples = pl.DataFrame(
-        [("checkout", "oltp", "u1", 5.0, 5.0, 5.2, 200.0, 0, "late", None, None, None)],
+        [("checkout", "oltp", "u1", 5.0, 5.0, 5.2, 200.0, 0, "late", None, None, None, 0.1)],
         schema=SAMPLE_SCHEMA,
         orient="row",
     )
