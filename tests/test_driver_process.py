@@ -5,7 +5,9 @@ each bound follows from timestamps the test itself took around a stall it caused
 
 from __future__ import annotations
 
+import pickle
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -22,7 +24,14 @@ from dbaops.scenario.consistency import scenario_problems
 from dbaops.scenario.loader import load_scenario
 from dbaops.scenario.model import OltpWorkload
 from dbaops.workloads.drivers import OltpDriver
-from dbaops.workloads.host import DriverPlan, DriverProcess, DriverProcessError, run_workloads
+from dbaops.workloads.host import (
+    _HEADER,
+    DriverPlan,
+    DriverProcess,
+    DriverProcessError,
+    _Channel,
+    run_workloads,
+)
 from dbaops.workloads.lag import ClientLagMonitor
 from dbaops.workloads.session import TemplateSession, inline_args, sql_literal
 from dbaops.workloads.sink import SampleSink
@@ -345,3 +354,38 @@ async def test_the_hot_path_runs_prepared_statements_through_asyncpgs_protocol(
         assert again[0] is not first[0]
     finally:
         await conn.close()
+
+
+async def test_a_cancelled_receive_never_leaves_the_channel_mid_frame() -> None:
+    """A run cancelled while a batch is half received takes the whole batch, and the next
+    message still reads (before, the header was lost and the stream read garbage)."""
+    ours, theirs = socket.socketpair()
+    channel = await _Channel.over(ours)
+    batch = ("batch", list(range(20_000)))
+    payload = pickle.dumps(batch)
+    frame = _HEADER.pack(len(payload)) + payload
+    theirs.sendall(frame[:100])  # the header and the start of the payload
+    got: list[tuple[object, ...]] = []
+    scope = anyio.CancelScope()
+
+    async def receive() -> None:
+        with scope:
+            got.append(await channel.receive())
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(receive)
+            with anyio.fail_after(30):
+                while not channel._reader.buffer:  # the header is read, the payload is not
+                    await anyio.sleep(0.01)
+            scope.cancel()  # the run ends now
+            await anyio.wait_all_tasks_blocked()
+            theirs.sendall(frame[100:])
+        assert got == [batch]
+        done = pickle.dumps(("done",))
+        theirs.sendall(_HEADER.pack(len(done)) + done)
+        with anyio.fail_after(30):
+            assert await channel.receive() == ("done",)
+    finally:
+        theirs.close()
+        await channel.aclose()

@@ -19,6 +19,7 @@ import os
 import secrets
 import shutil
 import time
+import traceback
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -289,6 +290,7 @@ async def run_scenario(
     """
     ctx = _plan(ref, options, monitor or RunMonitor(), agent)
     status, reason = "failed", None
+    failure: str | None = None
     try:
         await _preflight(ctx)
         prepared = await _prepare(ctx, await _open_server(ctx))
@@ -310,10 +312,11 @@ async def run_scenario(
         raise
     except BaseException as exc:
         status, reason = "failed", _describe(exc)
+        failure = "".join(traceback.format_exception(exc))[-8000:]
         raise
     finally:
         with anyio.CancelScope(shield=True):
-            verdict = await _finish(ctx, status, reason)
+            verdict = await _finish(ctx, status, reason, failure)
             ctx.monitor.phase = status
     return RunResult(run_dir=ctx.rd.path, status=status, reason=reason, verdict=verdict)
 
@@ -808,7 +811,9 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:1000]
 
 
-async def _finish(ctx: RunContext, status: str, reason: str | None) -> dict[str, Any] | None:
+async def _finish(
+    ctx: RunContext, status: str, reason: str | None, failure: str | None = None
+) -> dict[str, Any] | None:
     """Flush everything, record the end, score, stop the embedded server."""
     from dbaops.evaluation.score import score_run, write_verdict
 
@@ -828,7 +833,7 @@ async def _finish(ctx: RunContext, status: str, reason: str | None) -> dict[str,
             server_up = None
     trace.write(PhaseRecord(phase="server_status", detail={"running": server_up}))
     duration_s = time.monotonic() - ctx.t_start
-    trace.write(RunEnd(status=status, reason=reason, duration_s=duration_s))
+    trace.write(RunEnd(status=status, reason=reason, duration_s=duration_s, traceback=failure))
     verdict: dict[str, Any] | None = None
     try:
         result = score_run(ctx.rd.path)

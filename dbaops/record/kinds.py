@@ -142,6 +142,7 @@ class RunEnd(Record):
     status: str  # "completed" | "interrupted" | "failed" | "infra_error" | "not_manifested"
     reason: str | None = None
     duration_s: float | None = None
+    traceback: str | None = None  # of the harness error that failed the run (its last 8 kB)
 
 
 # --- the agent's model calls (written by dbaops.models.client) ---

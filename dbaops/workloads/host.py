@@ -97,9 +97,13 @@ class _Channel:
         """The next message; raises ``anyio.EndOfStream`` when the other end closed."""
         try:
             (size,) = _HEADER.unpack(await self._reader.receive_exactly(_HEADER.size))
-            message: tuple[Any, ...] = pickle.loads(await self._reader.receive_exactly(size))
+            # the rest of the frame is on its way (frames are written whole): a cancellation
+            # now would leave the stream mid-frame, so it waits for the frame's end
+            with anyio.CancelScope(shield=True):
+                payload = await self._reader.receive_exactly(size)
         except anyio.IncompleteRead:
             raise anyio.EndOfStream from None
+        message: tuple[Any, ...] = pickle.loads(payload)
         return message
 
     async def aclose(self) -> None:
@@ -175,7 +179,10 @@ class DriverProcess:
             return
         self._asked += 1
         wanted = self._asked
-        await self._channel.send("sync", wanted)
+        try:
+            await self._channel.send("sync", wanted)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return  # the child is gone or stopping: nothing more will arrive
         while self._answered < wanted and not self._ended:
             await self._answer.wait()
 
@@ -220,11 +227,17 @@ class DriverProcess:
                         await self._channel.send("stop")
                         while not self._ended:
                             await self._handle(await self._receive())
-                    except (DriverProcessError, anyio.BrokenResourceError, OSError) as exc:
+                    except (
+                        DriverProcessError,
+                        anyio.BrokenResourceError,
+                        anyio.ClosedResourceError,
+                        OSError,
+                    ) as exc:
                         log.warning("driver_process_stop", error=str(exc)[:300])
             with anyio.move_on_after(10):
                 await self._process.wait()
         finally:
+            self._ended = True  # a second stop (aclose after run) has nothing to ask
             if self._process.returncode is None:
                 self._process.kill()
                 await self._process.wait()
@@ -240,7 +253,7 @@ class DriverProcess:
             if self._sink is None:
                 try:
                     await self._channel.send("stop")
-                except (anyio.BrokenResourceError, OSError):
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                     pass
             await self._stop()
 
