@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import anyio
+import asyncpg
 import polars as pl
 import pytest
 
@@ -33,7 +34,7 @@ from dbaops.workloads.host import (
     run_workloads,
 )
 from dbaops.workloads.lag import ClientLagMonitor
-from dbaops.workloads.session import TemplateSession, inline_args, sql_literal
+from dbaops.workloads.session import StatementCaches, TemplateSession, inline_args, sql_literal
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import TransactionTemplate, WorkloadLibrary
 
@@ -376,7 +377,7 @@ async def test_a_cancelled_receive_never_leaves_the_channel_mid_frame() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(receive)
             with anyio.fail_after(30):
-                while not channel._reader.buffer:  # the header is read, the payload is not
+                while not channel._reader.buffer:  # noqa: ASYNC110 - header read, payload not
                     await anyio.sleep(0.01)
             scope.cancel()  # the run ends now
             await anyio.wait_all_tasks_blocked()
@@ -389,3 +390,33 @@ async def test_a_cancelled_receive_never_leaves_the_channel_mid_frame() -> None:
     finally:
         theirs.close()
         await channel.aclose()
+
+
+async def test_sessions_of_a_client_share_what_one_learns_about_a_schema_change(
+    pg_cluster: PostgresCluster,
+) -> None:
+    """As an asyncpg pool's connections do: after ALTER TABLE changes a statement's result
+    type, the first transaction to run it fails, and the client's other sessions prepare
+    again instead of failing once each."""
+    admin = await pg_cluster.connect()
+    one, two = await pg_cluster.connect(), await pg_cluster.connect()
+    try:
+        await admin.execute("DROP TABLE IF EXISTS hot_u; CREATE TABLE hot_u (k int); "
+                            "INSERT INTO hot_u VALUES (1)")  # fmt: skip
+        caches = StatementCaches()
+        first, second = TemplateSession(one, caches=caches), TemplateSession(two, caches=caches)
+        template = TransactionTemplate.model_validate(
+            {"role": "postgres", "isolation": "repeatable_read",
+             "statements": [{"sql": "SELECT * FROM hot_u WHERE k = $1", "args": [{"const": 1}]}]}
+        )  # fmt: skip
+        clock = ScenarioClock()
+        for session in (first, second):
+            await session.run(template, [[1]], clock.mono() + 60, clock)
+        await admin.execute("ALTER TABLE hot_u ADD COLUMN extra int")
+        with pytest.raises(asyncpg.InvalidCachedStatementError):
+            await first.run(template, [[1]], clock.mono() + 60, clock)
+        await second.run(template, [[1]], clock.mono() + 60, clock)  # prepared again: no error
+        await first.run(template, [[1]], clock.mono() + 60, clock)
+    finally:
+        for conn in (admin, one, two):
+            await conn.close()

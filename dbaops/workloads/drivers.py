@@ -33,7 +33,7 @@ from dbaops.scenario.model import (
     WorkloadSpec,
 )
 from dbaops.workloads.samples import Outcome
-from dbaops.workloads.session import TemplateSession
+from dbaops.workloads.session import StatementCaches, TemplateSession
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import Drawer, TransactionTemplate, WorkloadLibrary, template_drawers
 
@@ -102,6 +102,7 @@ class _TemplateDriver(Generic[SpecT]):
         self._template_seeds: dict[str, int] = {}
         self._units: dict[str, int] = {}
         self._drawers: dict[str, list[list[Drawer | None]]] = {}
+        self._caches = StatementCaches()
 
     def unit_rng(self, name: str, index: int) -> random.Random:
         """The argument stream of unit ``index`` of template ``name``: seeded by the run's
@@ -131,7 +132,8 @@ class _TemplateDriver(Generic[SpecT]):
         return [[None if d is None else d(rng) for d in st] for st in drawers]
 
     def session(self, conn: asyncpg.Connection) -> TemplateSession:
-        return TemplateSession(conn, self.spec.protocol)
+        """A session of this client (its sessions share statement-cache invalidations)."""
+        return TemplateSession(conn, self.spec.protocol, self._caches)
 
 
 @dataclass(slots=True)

@@ -76,20 +76,40 @@ def statement_executor(conn: asyncpg.Connection, stmt: Statement) -> Executor:
     return lambda args: bind(state, args, "", 0, False, None)  # type: ignore[no-any-return]
 
 
+class StatementCaches:
+    """What the sessions of one client share about their statement caches, as the
+    connections of an asyncpg pool do: when one learns that a statement's result type changed
+    (ALTER TABLE, ALTER TYPE), every session prepares its statements again, so a schema change
+    costs the client one failed statement, not one per connection."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+
+
 class TemplateSession:
     """An asyncpg connection and the statements it has prepared; ``queries`` counts the
     statements it has run (for a client that recycles connections)."""
 
-    def __init__(self, conn: asyncpg.Connection, protocol: Protocol = "prepared") -> None:
+    def __init__(
+        self,
+        conn: asyncpg.Connection,
+        protocol: Protocol = "prepared",
+        caches: StatementCaches | None = None,
+    ) -> None:
         self.conn = conn
         self.protocol: Protocol = protocol
         self.queries = 0
         self._prepared: dict[str, tuple[Statement, Executor]] = {}
+        self._caches = caches or StatementCaches()
+        self._generation = self._caches.generation
 
     def is_closed(self) -> bool:
         return self.conn.is_closed()
 
     async def _statement(self, sql: str) -> Executor:
+        if self._generation != self._caches.generation:  # another session saw a change
+            self._prepared.clear()
+            self._generation = self._caches.generation
         entry = self._prepared.get(sql)
         if entry is None:
             stmt = await self.conn.prepare(sql)
@@ -110,6 +130,8 @@ class TemplateSession:
             # the result type changed (ALTER TABLE, ALTER TYPE): prepare again next time,
             # and retry at once outside a transaction, as asyncpg's own cache does
             self._prepared.clear()
+            self._caches.generation += 1
+            self._generation = self._caches.generation
             await self.conn.reload_schema_state()
             if self.conn.is_in_transaction():
                 raise
