@@ -420,3 +420,19 @@ async def test_sessions_of_a_client_share_what_one_learns_about_a_schema_change(
     finally:
         for conn in (admin, one, two):
             await conn.close()
+
+
+async def test_inline_drivers_fill_the_same_sink(pg_cluster: PostgresCluster) -> None:
+    """``drivers_inline`` (debugging) runs the same plan on the caller's loop."""
+    clock = ScenarioClock()
+    clock.restart(0.0)
+    plan = DriverPlan.for_clock(
+        clock, workloads=[_spec(stop_s=0.5)], library=LIBRARY, params={},
+        primary=_endpoint(pg_cluster), seed=1, horizon_s=60.0, expected={},
+    )  # fmt: skip
+    sink = SampleSink(None, recent_s=3600.0)
+    records: list[ClientLagRecord] = []
+    await run_workloads(plan, sink, None, ClientLagMonitor(records.append, window_s=1.0))
+    frame = sink.frame()
+    assert frame.height >= 1 and frame["client_lag_ms"].null_count() == 0
+    assert sink.ledger.snapshot().entry("ping").committed == frame.height
