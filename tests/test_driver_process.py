@@ -436,3 +436,15 @@ async def test_inline_drivers_fill_the_same_sink(pg_cluster: PostgresCluster) ->
     frame = sink.frame()
     assert frame.height >= 1 and frame["client_lag_ms"].null_count() == 0
     assert sink.ledger.snapshot().entry("ping").committed == frame.height
+
+
+async def test_client_lag_is_never_negative(pg_cluster: PostgresCluster) -> None:
+    """A timer that fires a little early issues the unit then; its lag is 0, not negative."""
+    clock = ScenarioClock()
+    sink = SampleSink(None, recent_s=3600.0)
+    spec = _spec(rate_per_s=400, connections=4, stop_s=0.5)
+    driver = OltpDriver(spec, LIBRARY, {}, _endpoint(pg_cluster), clock, sink, 1)
+    clock.restart(0.0)
+    await driver.run()
+    lags = sink.frame()["client_lag_ms"].drop_nulls()
+    assert lags.len() > 0 and lags.min() >= 0.0  # type: ignore[operator]

@@ -255,7 +255,10 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                         return
                     name = self.mix.pick(self.rng)
                     index = self.next_unit(name)  # a dropped unit keeps its index
-                    lag = now - next_mono if now > next_mono else 0.0
+                    # a timer may fire a little early: the unit is then issued now, but
+                    # its clock starts at its scheduled time (lag 0, never negative)
+                    ready = now if now > next_mono else next_mono
+                    lag = ready - next_mono
                     for lane in lanes.values():
                         if lane.backlog and lane.backlog[0].give_up <= now:
                             self._expire(lane, now)
@@ -265,12 +268,12 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                                  0.0, 0, Outcome.DROPPED, None, "max_inflight", None,
                                  lag * 1000.0)  # fmt: skip
                         continue
-                    unit = _Unit(name, index, next_mono, now, now + self._deadline_s,
-                                 now + self._timeout_s, next(sink.tokens))  # fmt: skip
+                    unit = _Unit(name, index, next_mono, ready, ready + self._deadline_s,
+                                 ready + self._timeout_s, next(sink.tokens))  # fmt: skip
                     self.inflight += 1
                     sink.ledger.begin(name)
                     sink.started(spec.name, unit.token, clock.to_scenario(next_mono),
-                                 clock.to_scenario(unit.deadline), now)  # fmt: skip
+                                 clock.to_scenario(unit.deadline), ready)  # fmt: skip
                     lane = unit_lanes[name]
                     if not _hand(lane, unit):
                         lane.backlog.append(unit)
