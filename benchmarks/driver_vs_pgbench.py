@@ -4,10 +4,11 @@ Usage::
 
     python benchmarks/driver_vs_pgbench.py [--seconds 20] [--scale 10] [--clients 8] [--repeats 1]
 
-Per repeat, four runs against the same server (pgbench's pre-run steps plus a CHECKPOINT before
+Per repeat, five runs against the same server (pgbench's pre-run steps plus a CHECKPOINT before
 each): pgbench tpcb-like ``-M simple`` and ``-M prepared`` (closed loop), then the dbaops OLTP
 driver with the same five statements in its own process (uvloop), as a run starts it, with
-``protocol: prepared`` and ``protocol: simple``. The driver runs open loop
+``protocol: prepared`` and ``protocol: simple``, then a bare asyncpg closed loop of the same
+statements (the floor under the driver). The driver runs open loop
 at ``--rate-factor`` x pgbench's best TPS, so it saturates and the excess shows as dropped
 arrivals; its capacity is the completed (on-time + late) units per second. Client CPU per
 transaction is getrusage(RUSAGE_CHILDREN) for pgbench, and for the driver the driver process's
@@ -23,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import re
 import resource
 import shutil
@@ -50,7 +52,16 @@ from dbaops.workloads.spec import WorkloadLibrary
 
 DATABASE = "bench"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-CLIENTS = ("pgbench simple", "pgbench prepared", "dbaops prepared", "dbaops simple")
+CLIENTS = (
+    "pgbench simple",
+    "pgbench prepared",
+    "dbaops prepared",
+    "dbaops simple",
+    "bare asyncpg",
+)
+#: The rows compared with pgbench; the dbaops ones are open-loop driver runs.
+COMPARED = CLIENTS[2:]
+DRIVER_ROWS = ("dbaops prepared", "dbaops simple")
 
 # pgbench's built-in "tpcb-like" script, statement for statement. Each argument is drawn on its
 # own (the library's generators have no shared variables), so the SELECT reads a random account
@@ -298,6 +309,69 @@ def run_driver(
     return {"client": f"dbaops {protocol}", "offered_rate": rate, **result}
 
 
+async def _bare(endpoint: Endpoint, scale: int, clients: int, seconds: float) -> dict[str, Any]:
+    """``clients`` connections, each a closed loop of BEGIN, the five statements and COMMIT,
+    all prepared once (asyncpg's public API), arguments drawn as pgbench does."""
+    accounts, tellers, branches = 100_000 * scale, 10 * scale, scale
+    sqls = ["BEGIN", *(st["sql"] for st in TPCB_STATEMENTS), "COMMIT"]
+    counts: list[int] = []
+
+    async def worker(conn: Any, stop: float, rng: random.Random) -> None:
+        stmts = [await conn.prepare(sql) for sql in sqls]
+        n = 0
+        while time.monotonic() < stop:
+            aid, tid, bid = (
+                rng.randint(1, accounts),
+                rng.randint(1, tellers),
+                rng.randint(1, branches),
+            )
+            delta = rng.randint(-5000, 5000)
+            begin, upd_a, sel, upd_t, upd_b, ins, commit = stmts
+            await begin.fetch()
+            await upd_a.fetch(delta, aid)
+            await sel.fetch(aid)
+            await upd_t.fetch(delta, tid)
+            await upd_b.fetch(delta, bid)
+            await ins.fetch(tid, bid, aid, delta)
+            await commit.fetch()
+            n += 1
+        counts.append(n)
+
+    conns = [await endpoint.connect("postgres", "bench-bare") for _ in range(clients)]
+    try:
+        cpu0, t0 = time.process_time(), time.monotonic()
+        async with anyio.create_task_group() as tg:
+            for i, conn in enumerate(conns):
+                tg.start_soon(worker, conn, t0 + seconds, random.Random(i))
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - t0
+    finally:
+        for conn in conns:
+            await conn.close()
+    txns = sum(counts)
+    return {
+        "client": "bare asyncpg",
+        "tps": txns / wall,
+        "latency_ms": clients * wall / txns * 1000.0 if txns else None,
+        "transactions": txns,
+        "client_cpu_s": cpu,
+        "client_cpu_us_per_txn": cpu / txns * 1e6 if txns else None,
+        "client_cores": cpu / wall,
+        "wall_s": wall,
+    }
+
+
+def run_bare(cluster: PostgresCluster, args: argparse.Namespace) -> dict[str, Any]:
+    pre_run(cluster)
+    endpoint = Endpoint(host=cluster.host, port=cluster.port, database=DATABASE)
+    host0 = host_cpu()
+    result = anyio.run(
+        _bare, endpoint, args.scale, args.clients, float(args.seconds),
+        backend="asyncio", backend_options={"use_uvloop": True},
+    )  # fmt: skip
+    result["host_busy"] = host_busy(host0, host_cpu())
+    return result
+
+
 # -- report --------------------------------------------------------------------------------------
 def summarise(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Median per client over repeats of TPS, latency, CPU/txn and cores; ratios to pgbench."""
@@ -313,7 +387,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             values = [r[key] for r in mine if r.get(key) is not None]
             row[key] = statistics.median(values) if values else None
         out[client] = row
-    for client in CLIENTS[2:]:
+    for client in COMPARED:
         row = out[client]
         for base, tag in ((CLIENTS[0], "simple"), (CLIENTS[1], "prepared")):
             ref = out[base]
@@ -346,14 +420,14 @@ def print_table(summary: dict[str, dict[str, Any]], args: argparse.Namespace) ->
             f" {_f(r['client_cpu_us_per_txn'], '11.0f')} {_f(r['client_cores'], '6.2f')}"
             f" {_f(r['host_busy'] * 100 if r['host_busy'] is not None else None, '4.0f')}%"
         )
-        if client.startswith("dbaops"):
+        if client in COMPARED:
             line += (
                 f" | {_f(r['tps_vs_simple'], '11.2f')} {_f(r['tps_vs_prepared'], '6.2f')}"
                 f" | {_f(r['cpu_vs_simple'], '11.2f')} {_f(r['cpu_vs_prepared'], '6.2f')}"
             )
         print(line)
     print()
-    for client in CLIENTS[2:]:
+    for client in DRIVER_ROWS:
         r = summary[client]
         print(
             f"{client}: offered {r['offered_rate']:.0f}/s open loop, client lag p99 "
@@ -362,6 +436,10 @@ def print_table(summary: dict[str, dict[str, Any]], args: argparse.Namespace) ->
             f"on-time share of admitted {_f(r['on_time_share'], '.3f')} (deadline "
             f"{args.deadline_ms:g} ms), dropped {r['dropped']:.0f}, errors {r['errors']:.0f}"
         )
+    print(
+        "bare asyncpg: the floor under the driver, a closed loop of the same statements on "
+        "prepared statements (uvloop, no schedule, deadlines, samples or relay)."
+    )
     print(
         "lat ms: pgbench 'latency average'; dbaops mean time from connection acquire to "
         "release (service time, without the open-loop queue wait)."
@@ -427,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"(offered {rate:.0f}/s, dropped {r['dropped']})",
                     flush=True,
                 )
+            this.append(run_bare(cluster, args))
+            print(f"[{rep + 1}] bare asyncpg: {this[-1]['tps']:.0f} TPS", flush=True)
             for r in this:
                 r["repeat"] = rep + 1
             runs.extend(this)
