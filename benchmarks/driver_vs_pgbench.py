@@ -226,6 +226,7 @@ async def _drive(
     sink = SampleSink(None, recent_s=seconds + 3600.0)
     lags: list[ClientLagRecord] = []
     monitor = ClientLagMonitor(lags.append, window_s=1.0)
+    sink.watch(monitor)
     process = await DriverProcess.spawn()
     await process.ready()
     plan = DriverPlan.for_clock(
@@ -238,8 +239,9 @@ async def _drive(
     async with anyio.create_task_group() as tg:
         tg.start_soon(sink.run_flusher)  # as the runner does; without parts it only drops rows
         # returns once the last arrival before stop_s has finished and the process has exited
-        await run_workloads(plan, sink, process, monitor)
+        await run_workloads(plan, sink, process)
         tg.cancel_scope.cancel()
+    monitor.close()
     wall = time.monotonic() - t0
     child_cpu = children_cpu() - child0  # the driver process, reaped by run_workloads
     relay_cpu = time.process_time() - own0  # this process: receiving and keeping the samples
@@ -317,7 +319,7 @@ async def _bare(endpoint: Endpoint, scale: int, clients: int, seconds: float) ->
     counts: list[int] = []
 
     async def worker(conn: Any, stop: float, rng: random.Random) -> None:
-        stmts = [await conn.prepare(sql) for sql in sqls]
+        begin, upd_a, sel, upd_t, upd_b, ins, commit = [await conn.prepare(q) for q in sqls]
         n = 0
         while time.monotonic() < stop:
             aid, tid, bid = (
@@ -326,7 +328,6 @@ async def _bare(endpoint: Endpoint, scale: int, clients: int, seconds: float) ->
                 rng.randint(1, branches),
             )
             delta = rng.randint(-5000, 5000)
-            begin, upd_a, sel, upd_t, upd_b, ins, commit = stmts
             await begin.fetch()
             await upd_a.fetch(delta, aid)
             await sel.fetch(aid)

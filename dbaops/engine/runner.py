@@ -588,11 +588,13 @@ async def _run_timeline(ctx: RunContext, prepared: Prepared, kit: Equipment) -> 
         bound_ms=ctx.options.client_lag_bound_ms,
     )
     ctx.monitor.client_lag = lag
+    ctx.sink.watch(lag)
     try:
-        await _timeline(ctx, prepared, kit, process, lag)
+        await _timeline(ctx, prepared, kit, process)
     finally:
         if process is not None:
             await process.aclose()
+        lag.close()  # the last samples are in: report a stretch still open
 
 
 async def _timeline(
@@ -600,7 +602,6 @@ async def _timeline(
     prepared: Prepared,
     kit: Equipment,
     process: DriverProcess | None,
-    lag: ClientLagMonitor,
 ) -> None:
     """The body of :func:`_run_timeline`."""
     sc, lib, clock, trace, sink = ctx.sc, ctx.lib, ctx.clock, ctx.trace, ctx.sink
@@ -662,7 +663,7 @@ async def _timeline(
             horizon_s=drivers_horizon,
             expected=prepared.meta["expected_results"],
         )
-        tg.start_soon(run_workloads, plan, sink, process, lag)
+        tg.start_soon(run_workloads, plan, sink, process)
         monitor.phase = "warm-up"
         await clock.sleep_until(0.0)
         monitor.phase = "manifestation"

@@ -35,7 +35,6 @@ from pydantic import BaseModel
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.scenario.model import WorkloadSpec
-from dbaops.workloads.lag import ClientLagMonitor
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import WorkloadLibrary
 
@@ -74,6 +73,17 @@ class DriverPlan(BaseModel):
 
     def clock(self) -> ScenarioClock:
         return ScenarioClock.at_origin(self.time_scale, self.origin_mono, self.origin_wall)
+
+    async def run_here(self, sink: SampleSink) -> None:
+        """Run every driver on this event loop into ``sink`` until cancelled or all end."""
+        from dbaops.workloads.drivers import scenario_drivers
+
+        async with anyio.create_task_group() as tg:
+            for driver in scenario_drivers(
+                self.workloads, self.library, self.params, self.primary, self.standby,
+                self.clock(), sink, self.seed, self.horizon_s, self.expected, self.start_s,
+            ):  # fmt: skip
+                tg.start_soon(driver.run)
 
 
 class _Channel:
@@ -122,7 +132,6 @@ class DriverProcess:
         self._process = process
         self._channel = channel
         self._sink: SampleSink | None = None
-        self._lag: ClientLagMonitor | None = None
         self._asked = 0
         self._answered = 0
         self._answer = anyio.Event()
@@ -147,11 +156,9 @@ class DriverProcess:
             child.close()
         return cls(process, await _Channel.over(parent))
 
-    async def run(
-        self, plan: DriverPlan, sink: SampleSink, lag: ClientLagMonitor | None = None
-    ) -> None:
+    async def run(self, plan: DriverPlan, sink: SampleSink) -> None:
         """Run the plan's drivers into ``sink`` until cancelled (or until they all end)."""
-        self._sink, self._lag = sink, lag
+        self._sink = sink
         sink.attach(self)
         try:
             await self.ready()
@@ -204,8 +211,6 @@ class DriverProcess:
             self._sink.extend(rows)
             self._sink.ledger.load(ledger)
             self._sink.replace_in_flight(in_flight)
-            if self._lag is not None:
-                self._lag.observe(rows)
             if answered > self._answered:
                 self._answered = answered
                 self._answer.set()
@@ -243,14 +248,12 @@ class DriverProcess:
                 await self._process.wait()
             await self._channel.aclose()
             self._answer.set()
-            if self._lag is not None:
-                self._lag.close()
 
     async def aclose(self) -> None:
         """Stop a child that never ran a plan."""
         with anyio.CancelScope(shield=True):
-            self._ended = self._ended or self._sink is None
-            if self._sink is None:
+            if self._sink is None and not self._ended:  # it waits for a plan: no last batch
+                self._ended = True
                 try:
                     await self._channel.send("stop")
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
@@ -259,29 +262,14 @@ class DriverProcess:
 
 
 async def run_workloads(
-    plan: DriverPlan,
-    sink: SampleSink,
-    process: DriverProcess | None = None,
-    lag: ClientLagMonitor | None = None,
+    plan: DriverPlan, sink: SampleSink, process: DriverProcess | None = None
 ) -> None:
     """Run the plan's drivers into ``sink`` until cancelled: in ``process`` when given, else
-    on this event loop (``lag`` then watches the rows the sink receives at the end)."""
+    on this event loop."""
     if process is not None:
-        await process.run(plan, sink, lag)
-        return
-    from dbaops.workloads.drivers import scenario_drivers
-
-    try:
-        async with anyio.create_task_group() as tg:
-            for driver in scenario_drivers(
-                plan.workloads, plan.library, plan.params, plan.primary, plan.standby,
-                plan.clock(), sink, plan.seed, plan.horizon_s, plan.expected, plan.start_s,
-            ):  # fmt: skip
-                tg.start_soon(driver.run)
-    finally:
-        if lag is not None:
-            lag.observe(sink.frame().rows())
-            lag.close()
+        await process.run(plan, sink)
+    else:
+        await plan.run_here(sink)
 
 
 # -- the child -----------------------------------------------------------------------------------
@@ -290,7 +278,7 @@ async def _relay(channel: _Channel, sink: SampleSink, answered: int) -> None:
 
 
 async def _child(fd: int) -> None:
-    from dbaops.workloads.drivers import scenario_drivers
+    import dbaops.workloads.drivers  # noqa: F401 - imported before "ready": the run waits for it
 
     channel = await _Channel.over(socket.socket(fileno=fd))
     await channel.send("ready")
@@ -301,7 +289,6 @@ async def _child(fd: int) -> None:
     if message[0] != "start":
         return
     plan = DriverPlan.model_validate_json(message[1])
-    clock = plan.clock()
     sink = SampleSink(None, recent_s=None)
     answered = 0
     failure: str | None = None
@@ -309,12 +296,7 @@ async def _child(fd: int) -> None:
     async def drivers_then_done(tg: anyio.abc.TaskGroup) -> None:
         nonlocal failure
         try:
-            async with anyio.create_task_group() as inner:
-                for driver in scenario_drivers(
-                    plan.workloads, plan.library, plan.params, plan.primary, plan.standby,
-                    clock, sink, plan.seed, plan.horizon_s, plan.expected, plan.start_s,
-                ):  # fmt: skip
-                    inner.start_soon(driver.run)
+            await plan.run_here(sink)
         except Exception:
             failure = traceback.format_exc()
         tg.cancel_scope.cancel()

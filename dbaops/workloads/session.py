@@ -20,7 +20,7 @@ import asyncpg
 from asyncpg.prepared_stmt import PreparedStatement as Statement
 
 from dbaops.clock import ScenarioClock
-from dbaops.workloads.spec import TransactionTemplate
+from dbaops.workloads.spec import PreviousArg, TransactionTemplate
 
 Protocol = Literal["prepared", "simple"]
 
@@ -166,7 +166,7 @@ class TemplateSession:
                 for st, args in zip(statements, drawn, strict=True):
                     if None in args:
                         args = [
-                            previous[a.previous] if v is None and hasattr(a, "previous") else v
+                            previous[a.previous] if isinstance(a, PreviousArg) else v
                             for a, v in zip(st.args, args, strict=True)
                         ]
                     previous.append(await self._run(st.sql, args))

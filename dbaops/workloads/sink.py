@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import anyio
@@ -41,6 +41,12 @@ class SampleSource(Protocol):
         """Return once every row and ledger change made before the call is in the sink."""
 
 
+class RowWatcher(Protocol):
+    """Sees every row the sink receives (the client-lag monitor)."""
+
+    def observe(self, rows: Iterable[SampleRow]) -> None: ...
+
+
 class SampleSink:
     """Buffer of sample rows; ``flush`` writes one Parquet part; keeps a recent window in memory.
 
@@ -60,10 +66,15 @@ class SampleSink:
         self.ledger = DriverLedger()
         self.tokens = itertools.count()  # in-flight keys, unique across the sink's drivers
         self._source: SampleSource | None = None
+        self._watcher: RowWatcher | None = None
 
     def attach(self, source: SampleSource) -> None:
         """Rows arrive from ``source`` (see :meth:`extend`); :meth:`refresh` syncs with it."""
         self._source = source
+
+    def watch(self, watcher: RowWatcher) -> None:
+        """``watcher`` sees every row from now on, wherever the drivers run."""
+        self._watcher = watcher
 
     async def refresh(self) -> None:
         """Make the sink current before reading it for a check (a no-op for drivers in this
@@ -102,26 +113,22 @@ class SampleSink:
             correct,
             client_lag_ms,
         )
-        self._pending.append(row)
-        self.total += 1
-        if self._recent_s is None:
-            return
-        self._recent.append(row)
-        horizon = end_s - self._recent_s
-        while self._recent and self._recent[0][5] < horizon:
-            self._recent.popleft()
+        self.extend((row,))
 
-    def extend(self, rows: Iterable[SampleRow]) -> None:
-        """Rows finished elsewhere (a driver process), in the order they ended."""
-        for row in rows:
-            self._pending.append(row)
-            self.total += 1
-            if self._recent_s is not None:
-                self._recent.append(row)
-        if self._recent_s is not None and self._recent:
-            horizon = self._recent[-1][5] - self._recent_s
-            while self._recent and self._recent[0][5] < horizon:
-                self._recent.popleft()
+    def extend(self, rows: Sequence[SampleRow]) -> None:
+        """Finished rows, in the order they ended (one from a driver here, or a batch
+        relayed from a driver process)."""
+        self._pending.extend(rows)
+        self.total += len(rows)
+        if self._watcher is not None:
+            self._watcher.observe(rows)
+        if self._recent_s is None or not rows:
+            return
+        recent = self._recent
+        recent.extend(rows)
+        horizon = rows[-1][5] - self._recent_s
+        while recent and recent[0][5] < horizon:
+            recent.popleft()
 
     def take(self) -> list[SampleRow]:
         """The rows added since the last take (for relaying them to another process)."""

@@ -236,26 +236,24 @@ def arg_drawer(arg: ArgSpec, params: dict[str, int]) -> Drawer | None:
     """A generator compiled once per template (bounds resolved), so a unit's draws cost only
     the random numbers; None for a :class:`PreviousArg`, filled at execution time."""
 
-    def b(bound: Bound) -> int:
-        return params[bound] if isinstance(bound, str) else bound
+    def span(bounds: tuple[Bound, Bound]) -> tuple[int, int]:
+        """(low, count) of an inclusive integer range whose bounds may name parameters."""
+        lo, hi = (params[x] if isinstance(x, str) else x for x in bounds)
+        if hi < lo:
+            raise ValueError(f"empty range [{lo}, {hi}] {bounds!r}")
+        return lo, hi - lo + 1
 
-    for lo, hi in zip(_bounds(arg)[::2], _bounds(arg)[1::2], strict=True):
-        if b(hi) < b(lo):
-            raise ValueError(f"empty range [{b(lo)}, {b(hi)}] ({lo!r}, {hi!r})")
-
-    # integers as lo + floor(u * span) from one 53-bit uniform: randint's rejection sampling
-    # costs several times more, and the bias (span / 2**53) is far below anything measured
+    # integers as lo + floor(u * count) from one 53-bit uniform: randint's rejection sampling
+    # costs several times more, and the bias (count / 2**53) is far below anything measured
     if isinstance(arg, UniformArg):
-        lo, span = b(arg.uniform[0]), b(arg.uniform[1]) - b(arg.uniform[0]) + 1
-        return lambda rng: lo + int(rng.random() * span)
+        lo, count = span(arg.uniform)
+        return lambda rng: lo + int(rng.random() * count)
     if isinstance(arg, HotArg):
-        share = arg.hot.share
-        whole = (b(arg.hot.range[0]), b(arg.hot.range[1]) - b(arg.hot.range[0]) + 1)
-        hot = (b(arg.hot.hot[0]), b(arg.hot.hot[1]) - b(arg.hot.hot[0]) + 1)
+        share, whole, hot = arg.hot.share, span(arg.hot.range), span(arg.hot.hot)
 
         def draw_hot(rng: random.Random) -> int:
-            lo, span = hot if rng.random() < share else whole
-            return lo + int(rng.random() * span)
+            low, n = hot if rng.random() < share else whole
+            return low + int(rng.random() * n)
 
         return draw_hot
     if isinstance(arg, ChoiceArg):
