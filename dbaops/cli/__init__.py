@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -103,6 +104,8 @@ def _run(
     turn_budget: int | None,
     replay_model: Path | None,
     dsn: str | None,
+    backend: Backend | None,
+    image: str | None,
     seed: int | None,
     horizon: float | None,
     history: float | None,
@@ -141,6 +144,8 @@ def _run(
         runs_dir=runs_dir,
         fresh=fresh,
         dsn=dsn,
+        backend=backend.value if backend else None,
+        docker_image=image,
         seed=seed,
         horizon_s=horizon,
         history_s=history,
@@ -251,6 +256,32 @@ FreshOpt = Annotated[bool, typer.Option("--fresh", help="rebuild the dirty snaps
 DsnOpt = Annotated[
     str | None, typer.Option("--dsn", help="use your own server instead of the embedded one")
 ]
+
+
+class Backend(StrEnum):
+    """Where a run's server runs."""
+
+    embedded = "embedded"
+    docker = "docker"
+
+
+BackendOpt = Annotated[
+    Backend | None,
+    typer.Option(
+        "--backend",
+        help="where the server runs: embedded (a local process) or docker (the same server in "
+        "a container with the scenario's resource limits); default: the scenario's, else "
+        "embedded",
+    ),
+]
+ImageOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--image",
+        help="docker backend: a named PostgreSQL image (pulled when missing) instead of the one "
+        "dbaops builds from Debian packages",
+    ),
+]
 SeedOpt = Annotated[int | None, typer.Option("--seed")]
 HorizonOpt = Annotated[
     float | None,
@@ -300,6 +331,8 @@ def _scenario_command(mode: str):  # type: ignore[no-untyped-def]
         runs_dir: RunsOpt = Path("runs"),
         fresh: FreshOpt = False,
         dsn: DsnOpt = None,
+        backend: BackendOpt = None,
+        image: ImageOpt = None,
         seed: SeedOpt = None,
         horizon: HorizonOpt = None,
         history: HistoryOpt = None,
@@ -318,6 +351,8 @@ def _scenario_command(mode: str):  # type: ignore[no-untyped-def]
             turn_budget,
             replay_model,
             dsn,
+            backend,
+            image,
             seed,
             horizon,
             history,

@@ -22,12 +22,13 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import polars as pl
 from pydantic import BaseModel, Field
 
 from dbaops.clock import ScenarioClock
+from dbaops.containers.resources import ServerResources
 from dbaops.record.tables import ParquetParts
 
 if TYPE_CHECKING:
@@ -44,6 +45,19 @@ class ServerRequest(BaseModel):
     name: str = Field(description="the embedded server's name (one per scenario or worker)")
     dsn: str | None = Field(default=None, description="a user's own server instead")
     bindir: Path | None = Field(default=None, description="the engine's binaries")
+    backend: Literal["embedded", "docker"] = Field(
+        default="embedded",
+        description="embedded: a local server process; docker: the same "
+        "server inside a container (resource limits, machine-level faults)",
+    )
+    resources: ServerResources = Field(
+        default_factory=ServerResources, description="the container's limits (docker)"
+    )
+    image: str | None = Field(
+        default=None,
+        description="docker: a named server image (pulled when missing) instead "
+        "of dbaops' own, built from Debian packages",
+    )
     snapshot_group: str | None = Field(
         default=None,
         description="servers of one group share their dirty snapshots (the campaign workers "
@@ -156,8 +170,11 @@ class DatabaseEngine(ABC):
     dialect: ClassVar[str]
 
     @abstractmethod
-    async def open_server(self, request: ServerRequest) -> DatabaseServer:
-        """Start (or connect to) the server a run uses."""
+    async def open_server(
+        self, request: ServerRequest, progress: Callable[[str], None] | None = None
+    ) -> DatabaseServer:
+        """Start (or connect to) the server a run uses; ``progress`` hears about long steps
+        (an image build)."""
 
     @abstractmethod
     def metric_sampler(

@@ -23,7 +23,7 @@ import traceback
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field
 from dbaops.agents.base import Agent, AgentSession, Budget, is_oracle, load_agent
 from dbaops.agents.reference import oracle_agent
 from dbaops.clock import ScenarioClock
+from dbaops.containers.daemon import DockerUnavailable
 from dbaops.dbms.interface import (
     AgentTools,
     DatabaseEngine,
@@ -87,6 +88,13 @@ class RunOptions(BaseModel):
     )
     dsn: str | None = None
     pg_bindir: Path | None = None
+    backend: Literal["embedded", "docker"] | None = Field(
+        default=None,
+        description="where the server runs (default: the scenario's backend, else embedded)",
+    )
+    docker_image: str | None = Field(
+        default=None, description="docker backend: a named server image instead of dbaops' own"
+    )
     cluster: str | None = Field(
         default=None,
         description="the embedded cluster to run on (default: one per scenario id); "
@@ -397,6 +405,18 @@ async def _preflight(ctx: RunContext) -> None:
     ctx.trace.write(PhaseRecord(phase="model_endpoint", detail={"ok": True}))
 
 
+def _backend_of(sc: Scenario, options: RunOptions) -> Literal["embedded", "docker"]:
+    """Where the run's server runs; a scenario whose faults need a container refuses the
+    embedded server and a user's own."""
+    chosen = options.backend or sc.backend or "embedded"
+    if sc.backend == "docker" and (chosen != "docker" or options.dsn):
+        raise RunRefused(
+            f"{sc.id} needs the docker backend (its faults need a container); run it with "
+            "--backend docker on a machine with a Docker daemon"
+        )
+    return chosen
+
+
 async def _open_server(ctx: RunContext) -> PostgresBackend:
     """Start (or connect to) the scenario engine's server."""
     ctx.monitor.phase = "starting server"
@@ -405,9 +425,20 @@ async def _open_server(ctx: RunContext) -> PostgresBackend:
         name=options.cluster or ctx.sc.id,
         dsn=options.dsn,
         bindir=options.pg_bindir,
+        backend=_backend_of(ctx.sc, options),
+        resources=ctx.sc.resources,
+        image=options.docker_image,
         snapshot_group=ctx.sc.id,  # every worker's cluster of this scenario shares them
     )
-    backend = postgres_server(await ctx.engine.open_server(request))
+
+    def progress(line: str) -> None:
+        ctx.monitor.phase = f"building the server image: {line[:100]}"
+
+    try:
+        server = await ctx.engine.open_server(request, progress)
+    except DockerUnavailable as exc:
+        raise RunRefused(f"{ctx.sc.id} runs on the docker backend: {exc}") from None
+    backend = postgres_server(server)
     ctx.backend = backend
     _refuse_elevated(ctx.sc, backend)
     if backend.snapshots is not None:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from dbaops.containers.resources import ServerResources
 from dbaops.evaluation.compliance import ServiceObjective
 from dbaops.evaluation.diagnosis_models import DiagnosisSpec
 from dbaops.evaluation.difficulty import DifficultySpec
@@ -372,6 +373,16 @@ class Scenario(StrictModel):
     mode: Literal["bounded", "persistent"]
     engine: Literal["postgres"] = Field(
         default="postgres", description="the database engine the scenario runs on (dbaops.dbms)"
+    )
+    backend: Literal["embedded", "docker"] | None = Field(
+        default=None,
+        description="the server backend the scenario needs (docker: its faults need a "
+        "container, and it is skipped with a clear message where no Docker daemon runs); "
+        "default: any (embedded unless --backend docker)",
+    )
+    resources: ServerResources = Field(
+        default_factory=ServerResources,
+        description="the server container's CPU and memory limits (docker backend)",
     )
     domain: str = ""
     difficulty: Literal["easy", "hard"] | None = None

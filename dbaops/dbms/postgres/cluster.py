@@ -121,6 +121,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def cluster_paths(
+    name: str, base: Path, flavor: str, snapshot_group: str | None, os_user: str | None
+) -> tuple[Path, Path]:
+    """The directory of cluster ``name`` under ``base`` and its snapshot group's, both named
+    neutrally and suffixed by ``flavor`` (``pg15``, ``pg15-docker``: clusters of different
+    servers never share a data directory or snapshots)."""
+    root = base / "clusters" / f"{cluster_dir_name(name, base)}-{flavor}"
+    root.mkdir(parents=True, exist_ok=True)
+    if os_user:
+        os.chmod(base, 0o755)
+        os.chmod(base / "clusters", 0o755)
+    group = f"{cluster_dir_name(snapshot_group or name, base)}-{flavor}"
+    return root, base / "snapshots" / group
+
+
 class PostgresCluster:
     """One embedded cluster directory with its server process."""
 
@@ -146,7 +161,11 @@ class PostgresCluster:
         self.volumes = LoopVolumes(root / "volumes", os_user)
         standby_root = root / "standby"
         if (standby_root / "data" / "PG_VERSION").exists():
-            self.standby = PostgresCluster(standby_root, binaries, os_user)
+            self.standby = self._standby_at(standby_root)
+
+    def _standby_at(self, root: Path) -> PostgresCluster:
+        """The standby cluster kept in ``root`` (same binaries and OS user)."""
+        return PostgresCluster(root, self.binaries, self.os_user)
 
     # -- layout ---------------------------------------------------------------------------
     @property
@@ -199,13 +218,8 @@ class PostgresCluster:
                     f"{base} is not reachable by the service user {os_user}: set DBAOPS_HOME "
                     "to a directory whose parents are world-traversable"
                 )
-        root = base / "clusters" / f"{cluster_dir_name(name, base)}-pg{bins.major}"
-        root.mkdir(parents=True, exist_ok=True)
-        if os_user:
-            os.chmod(base, 0o755)
-            os.chmod(base / "clusters", 0o755)
-        group = f"{cluster_dir_name(snapshot_group or name, base)}-pg{bins.major}"
-        cluster = cls(root, bins, os_user, base / "snapshots" / group)
+        root, snapshots = cluster_paths(name, base, f"pg{bins.major}", snapshot_group, os_user)
+        cluster = cls(root, bins, os_user, snapshots)
         if not (cluster.datadir / "PG_VERSION").exists():
             await cluster._initdb(settings or {})
         return cluster
@@ -373,7 +387,7 @@ class PostgresCluster:
         if slot is not None:
             args += ["-S", slot, "-C"]
         await self._run(*args)
-        standby = PostgresCluster(root, self.binaries, self.os_user)
+        standby = self._standby_at(root)
         conf = {"unix_socket_directories": f"'{standby.socket_dir}'", **settings}
         with (standby.datadir / "postgresql.conf").open("a") as fh:
             fh.write("\n# --- dbaops standby settings ---\n")
@@ -431,6 +445,14 @@ class PostgresCluster:
             return int((self.datadir / "postmaster.pid").read_text().split()[0])
         except (OSError, ValueError, IndexError):
             return None
+
+    def describe(self) -> dict[str, object]:
+        """What the run header records about where the server runs."""
+        return {"backend": "embedded"}
+
+    async def dispose(self) -> None:
+        """Release what the cluster holds besides its directory (nothing, here; a container
+        cluster removes its containers)."""
 
     async def drop_standby(self) -> None:
         if self.standby is not None:
@@ -579,7 +601,7 @@ class PostgresCluster:
         await self.start()
         if standby_copy.exists():
             if self.standby is None:
-                self.standby = PostgresCluster(self.root / "standby", self.binaries, self.os_user)
+                self.standby = self._standby_at(self.root / "standby")
             standby = self.standby
             if standby.datadir.exists():
                 shutil.rmtree(standby.datadir)

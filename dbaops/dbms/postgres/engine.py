@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -25,6 +26,7 @@ from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.sampler import MetricSampler, harness_sampler
 from dbaops.dbms.postgres.server import (
     PostgresBackend,
+    container_backend,
     embedded_backend,
     external_backend,
     postgres_server,
@@ -78,9 +80,13 @@ class PostgresEngine(DatabaseEngine):
     name: ClassVar[str] = "postgres"
     dialect: ClassVar[str] = "postgres"
 
-    async def open_server(self, request: ServerRequest) -> PostgresBackend:
+    async def open_server(
+        self, request: ServerRequest, progress: Callable[[str], None] | None = None
+    ) -> PostgresBackend:
         if request.dsn:
             return await external_backend(request.dsn)
+        if request.backend == "docker":
+            return await container_backend(request, progress)
         return await embedded_backend(request.name, request.bindir, request.snapshot_group)
 
     def metric_sampler(

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+import anyio
 import asyncpg
 
 from dbaops.dbms.postgres.binaries import find_binaries
 from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
+
+if TYPE_CHECKING:
+    from dbaops.dbms.interface import ServerRequest
 
 
 @dataclass
@@ -106,6 +111,7 @@ class PostgresBackend:
             await self.cluster.unmount_volumes()
         finally:
             self.cluster.release()
+            await self.cluster.dispose()
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {
@@ -119,6 +125,7 @@ class PostgresBackend:
                 bindir=str(self.cluster.binaries.bindir),
                 binaries_source=self.cluster.binaries.source,
                 root=str(self.cluster.root),
+                **self.cluster.describe(),
             )
         return info
 
@@ -138,6 +145,36 @@ async def embedded_backend(
         await cluster.start()
     except BaseException:
         cluster.release()
+        raise
+    return PostgresBackend(None, cluster)
+
+
+async def container_backend(
+    request: ServerRequest, progress: Callable[[str], None] | None = None
+) -> PostgresBackend:
+    """The embedded cluster ``request.name`` with its server in a container (the image built
+    from Debian packages when missing, or ``request.image``), started."""
+    from dbaops.dbms.postgres.container import open_container_cluster
+
+    major = find_binaries(request.bindir).major if request.bindir else 15
+    cluster = await open_container_cluster(
+        request.name,
+        major=major,
+        resources=request.resources,
+        image=request.image,
+        snapshot_group=request.snapshot_group,
+        progress=progress,
+    )
+    try:
+        cluster.acquire()
+        try:
+            await cluster.start()
+        except BaseException:
+            cluster.release()
+            raise
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await cluster.dispose()
         raise
     return PostgresBackend(None, cluster)
 
