@@ -85,6 +85,7 @@ def run_options(
         cluster=None if slot is None else f"{sc.id}-w{slot}",
         fresh=spec.fresh,
         history_s=spec.history_s,
+        backend=spec.backend,
     )
     return options, None if model else run.agent
 

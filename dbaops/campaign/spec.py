@@ -40,7 +40,11 @@ class CampaignSpec(StrictModel):
         description="run everything once per time scale (instead of time_scale); a verdict "
         "that differs between scales is a flip in a validation",
     )
-    backend: str = Field(default="embedded", pattern="^embedded$")
+    backend: Literal["embedded", "docker"] | None = Field(
+        default=None,
+        description="where the servers run (default: each scenario's backend, else embedded); "
+        "docker needs a Docker daemon",
+    )
     preset: Literal["validation"] | None = Field(
         default=None,
         description="validation: the agents are each scenario's own solutions (noop, "

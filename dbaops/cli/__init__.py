@@ -599,6 +599,7 @@ def validate(
     ] = Path("runs"),
     fresh: FreshOpt = False,
     history: HistoryOpt = None,
+    backend: BackendOpt = None,
     markdown: Annotated[
         Path | None, typer.Option("--markdown", help="also write the table as Markdown here")
     ] = None,
@@ -655,7 +656,11 @@ def validate(
         raise typer.Exit(2) from None
     scale_list = [float(x) for x in scales.split(",")] if scales else [time_scale]
     options = RunOptions(
-        time_scale=scale_list[0], runs_dir=runs_dir, fresh=fresh, history_s=history
+        time_scale=scale_list[0],
+        runs_dir=runs_dir,
+        fresh=fresh,
+        history_s=history,
+        backend=backend.value if backend else None,
     )
     only_list = only.split(",") if only else None
     if resume and out is None:

@@ -17,6 +17,7 @@ from anyio import TASK_STATUS_IGNORED
 from anyio.abc import TaskStatus
 
 from dbaops.clock import ScenarioClock
+from dbaops.containers.machine import ServerMachine
 from dbaops.dbms.postgres.endpoint import (
     CONNECTION_ERRORS,
     HARNESS_APPLICATION,
@@ -25,13 +26,17 @@ from dbaops.dbms.postgres.endpoint import (
 )
 from dbaops.record.kinds import ActorRecord, Record
 from dbaops.scenario.faults import (
+    CpuLimit,
+    Crash,
     EditConfig,
     FaultSpec,
     FileSizeLimit,
+    Freeze,
     HoldTransaction,
     IdleConnections,
     InstanceControl,
     LoadActor,
+    Partition,
     SetSetting,
     SignalProcess,
     SqlFault,
@@ -48,6 +53,7 @@ class InstanceController(Protocol):
     async def stop(self, mode: str = "fast") -> None: ...
     async def restart(self) -> None: ...
     async def is_running(self) -> bool: ...
+    async def machine_summary(self) -> str | None: ...
 
 
 class ServerHost(Protocol):
@@ -59,6 +65,8 @@ class ServerHost(Protocol):
     def signal(self, pid: int, signal_name: str) -> None: ...
     def limit_file_size(self, limit_bytes: int | None) -> None: ...
     async def create_volume(self, name: str, size_mb: int) -> str: ...
+    @property
+    def machine(self) -> ServerMachine | None: ...
 
 
 class RecordSink(Protocol):
@@ -144,6 +152,13 @@ async def run_fault(
         await _file_size_limit(fault, ctx)
     elif isinstance(fault, TablespaceVolume):
         await _tablespace_volume(fault, ctx)
+    elif isinstance(fault, CpuLimit):
+        await _machine(ctx, fault.kind).limit_cpus(fault.cpus)
+        _machine_record(ctx, fault.kind, "applied", cpus=fault.cpus)
+    elif isinstance(fault, Freeze | Partition):
+        return await _machine_outage(fault, ctx, task_status)
+    elif isinstance(fault, Crash):
+        return await _crash(fault, ctx, task_status)
     elif isinstance(fault, HoldTransaction):
         return await _hold(fault, ctx, task_status)
     elif isinstance(fault, LoadActor):
@@ -229,6 +244,64 @@ async def _tablespace_volume(fault: TablespaceVolume, ctx: ActorContext) -> None
         await conn.execute(f"CREATE TABLESPACE {fault.name}{owner} LOCATION '{location_sql}'")
     finally:
         await conn.close(timeout=5)
+
+
+def _machine(ctx: ActorContext, kind: str) -> ServerMachine:
+    machine = ctx.host.machine if ctx.host is not None else None
+    if machine is None:
+        raise FaultError(f"{kind} needs a server in a container (the docker backend)")
+    return machine
+
+
+def _machine_record(ctx: ActorContext, kind: str, status: str, **detail: object) -> None:
+    ctx.trace.write(
+        ActorRecord(
+            t_scn=ctx.clock.now(), actor=f"{ctx.label}:{kind}", status=status, detail=detail
+        )
+    )
+
+
+async def _machine_outage(
+    fault: Freeze | Partition, ctx: ActorContext, ready: TaskStatus[None]
+) -> None:
+    """Freeze the machine or partition it for the fault's duration (or until the run ends),
+    then undo it; the undo runs even when the run is cancelled, so no frozen container or
+    packet filter outlives it."""
+    machine = _machine(ctx, fault.kind)
+    detail: dict[str, object] = {"duration_s": fault.duration_s}
+    if isinstance(fault, Partition):
+        await machine.partition(fault.mode)
+        detail["mode"] = fault.mode
+    else:
+        await machine.freeze()
+    _machine_record(ctx, fault.kind, "started", **detail)
+    ready.started()
+    try:
+        if fault.duration_s is None:
+            await anyio.sleep_forever()
+        else:
+            await ctx.clock.sleep(fault.duration_s)
+    finally:
+        with anyio.CancelScope(shield=True):
+            if isinstance(fault, Partition):
+                await machine.heal()
+            else:
+                await machine.thaw()
+            _machine_record(ctx, fault.kind, "finished", **detail)
+
+
+async def _crash(fault: Crash, ctx: ActorContext, ready: TaskStatus[None]) -> None:
+    """Kill the server's machine; a supervisor's restart after ``restart_after_s``."""
+    await _machine(ctx, fault.kind).crash()
+    _machine_record(ctx, fault.kind, "started", restart_after_s=fault.restart_after_s)
+    ready.started()
+    if fault.restart_after_s is None:
+        return
+    await ctx.clock.sleep(fault.restart_after_s)
+    if ctx.instance is None:
+        raise FaultError("crash with restart_after_s needs instance control")
+    await ctx.instance.start()
+    _machine_record(ctx, fault.kind, "finished", restarted=True)
 
 
 async def _signal(fault: SignalProcess, ctx: ActorContext) -> None:

@@ -122,6 +122,7 @@ def validation_campaign(
         time_scales=scales if scales and len(scales) > 1 else None,
         fresh=options.fresh,
         history_s=options.history_s,
+        backend=options.backend,
     )
 
 

@@ -260,6 +260,19 @@ def _replica_problems(sc: Scenario, parts: list[tuple[str, BaseModel]]) -> list[
     return problems
 
 
+def _container_problems(sc: Scenario, parts: list[tuple[str, BaseModel]]) -> list[str]:
+    """Faults only a container can suffer need a scenario that runs in one."""
+    problems = []
+    for where, model in parts:
+        if getattr(type(model), "needs_container", False) and sc.backend != "docker":
+            kind = getattr(model, "kind", "?")
+            problems.append(
+                f"{where}: fault {kind!r} needs a server in a container: declare "
+                "backend: docker (the scenario then runs only where a Docker daemon does)"
+            )
+    return problems
+
+
 def _solution_problems(sc: Scenario) -> list[str]:
     """A Hard bounded scenario declares its reflex fix, so validation can show the verifier
     rejects it (paper §4.2; a persistent scenario is Hard at corpus level)."""
@@ -278,5 +291,6 @@ def scenario_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
         *_reference_problems(sc),
         *_solution_problems(sc),
         *_replica_problems(sc, parts),
+        *_container_problems(sc, parts),
         *_sql_problems(sc, lib, parts),
     ]

@@ -10,6 +10,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
+from dbaops.containers.machine import PartitionMode
 from dbaops.workloads.spec import StrictModel
 
 #: Which server a part acts on: the primary, or the replica profile's standby.
@@ -21,6 +22,9 @@ class _Fault(StrictModel):
     beside the event program until its duration ends) or one-shot (in place when it returns)."""
 
     live: ClassVar[bool] = False
+    #: Only a server in a container can suffer it (a scenario using it declares
+    #: ``backend: docker``).
+    needs_container: ClassVar[bool] = False
     server: Server = "primary"
 
 
@@ -164,6 +168,56 @@ class TablespaceVolume(_Fault):
     server: Literal["primary"] = "primary"
 
 
+class Freeze(_Fault):
+    """Freeze the server's machine (docker backend): the cgroup freezer stops scheduling every
+    process of the server (``docker pause``) for ``duration_s`` (None: until the run ends).
+    Sessions keep their sockets open and answer nothing; clients time out; the server logs
+    nothing, because nothing in it runs."""
+
+    kind: Literal["freeze"] = "freeze"
+    live: ClassVar[bool] = True
+    needs_container: ClassVar[bool] = True
+    duration_s: float | None = Field(default=None, gt=0)
+
+
+class Crash(_Fault):
+    """Crash the server's machine (docker backend): every process of the server is killed at
+    once (SIGKILL to its container), as in a power loss; nothing is flushed or logged. The
+    server stays down until someone starts it (``restart_after_s``: a supervisor starts it
+    that long after), and its next start runs crash recovery."""
+
+    kind: Literal["crash"] = "crash"
+    live: ClassVar[bool] = True  # with restart_after_s it waits beside the program
+    needs_container: ClassVar[bool] = True
+    restart_after_s: float | None = Field(default=None, ge=0)
+
+
+class CpuLimit(_Fault):
+    """Change the CPU limit of the server's container (docker backend) for the rest of the
+    run, restarts included: a noisy neighbour or a smaller instance class. ``cpus: null``
+    gives back the scenario's own limit."""
+
+    kind: Literal["cpu_limit"] = "cpu_limit"
+    needs_container: ClassVar[bool] = True
+    cpus: float | None = Field(gt=0, le=256)
+
+
+class Partition(_Fault):
+    """A network partition between the standby and its primary (docker backend, replica
+    profile) for ``duration_s`` (None: until the run ends). ``drop`` loses their packets in the
+    standby's network namespace: neither side hears a reset, each waits for its own timeouts
+    (``wal_receiver_timeout``, ``wal_sender_timeout``, TCP keepalives), while the harness
+    still reaches both. ``disconnect`` takes the standby's network link away: connections to
+    the primary fail at once, and the standby is unreachable until it heals."""
+
+    kind: Literal["partition"] = "partition"
+    live: ClassVar[bool] = True
+    needs_container: ClassVar[bool] = True
+    server: Literal["standby"] = "standby"
+    mode: PartitionMode = "drop"
+    duration_s: float | None = Field(default=None, gt=0)
+
+
 FaultSpec = Annotated[
     SqlFault
     | HoldTransaction
@@ -174,6 +228,10 @@ FaultSpec = Annotated[
     | EditConfig
     | SignalProcess
     | FileSizeLimit
-    | TablespaceVolume,
+    | TablespaceVolume
+    | Freeze
+    | Crash
+    | CpuLimit
+    | Partition,
     Field(discriminator="kind"),
 ]

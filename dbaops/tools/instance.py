@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
+
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.engine.actors import InstanceController
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
@@ -21,6 +23,8 @@ ACTIONS = ("status", "reload", "set_parameter", "restart", "stop", "start")
 
 
 CONTROL_APPLICATION = "dba_agent_control"
+#: How long ``status`` waits for the server to accept a connection (a frozen server never does).
+STATUS_CONNECT_TIMEOUT_S = 10.0
 
 
 class ParameterRefused(ValueError):
@@ -37,12 +41,20 @@ def instance_tool(
 
     async def status() -> ToolResult:
         running = await instance.is_running() if instance else None
-        try:
-            conn = await connect()
-        except OSError as exc:
+        machine = await instance.machine_summary() if instance else None
+        machine_line = f"\n{machine}" if machine else ""
+        conn = None
+        problem = f"no answer in {STATUS_CONNECT_TIMEOUT_S:g} s"
+        with anyio.move_on_after(STATUS_CONNECT_TIMEOUT_S):
+            try:
+                conn = await connect()
+            except OSError as exc:
+                problem = str(exc)
+        if conn is None:
             return ToolResult(
                 ok=True,
-                observation=f"server running: {running}; not accepting connections ({exc})",
+                observation=f"server running: {running}; not accepting connections "
+                f"({problem}){machine_line}",
                 detail={"running": running},
             )
         try:
@@ -59,7 +71,7 @@ def instance_tool(
             f"server running: {True if running is None else running}\n{row['version']}\n"
             f"started: {row['started']}\nin recovery: {row['in_recovery']}\n"
             f"sessions: {row['sessions']}\n"
-            f"settings pending restart: {row['pending'] or 'none'}"
+            f"settings pending restart: {row['pending'] or 'none'}{machine_line}"
         )
         return ToolResult(ok=True, observation=text, detail={"running": running})
 

@@ -26,6 +26,7 @@ import anyio
 import asyncpg
 import structlog
 
+from dbaops.containers.machine import ServerMachine
 from dbaops.dbms.postgres.binaries import PgBinaries, find_binaries
 from dbaops.dbms.postgres.osuser import (
     chown_tree,
@@ -308,9 +309,13 @@ class PostgresCluster:
             "-l",
             str(self.root / "startup.log"),
             "-o",
-            f"-p {self.port} -k {self.socket_dir}",
+            self._server_options(),
             "start",
         )
+
+    def _server_options(self) -> str:
+        """The postmaster's command-line options (its port and socket directory)."""
+        return f"-p {self.port} -k {self.socket_dir}"
 
     async def _on_volumes(self, action: Callable[[], T]) -> T:
         """Run a (blocking) volume operation in a worker thread; its failures are cluster ones."""
@@ -449,6 +454,16 @@ class PostgresCluster:
     def describe(self) -> dict[str, object]:
         """What the run header records about where the server runs."""
         return {"backend": "embedded"}
+
+    @property
+    def machine(self) -> ServerMachine | None:
+        """The container the server runs in, for faults only a machine suffers (none: the
+        embedded server runs as a plain process of this host)."""
+        return None
+
+    async def machine_summary(self) -> str | None:
+        """What ``manage_instance status`` says of the server's machine (nothing here)."""
+        return None
 
     async def dispose(self) -> None:
         """Release what the cluster holds besides its directory (nothing, here; a container

@@ -68,7 +68,9 @@ class PostgresBackend:
 
     @property
     def kind(self) -> str:
-        return "embedded" if self.cluster else "external"
+        if self.cluster is None:
+            return "external"
+        return str(self.cluster.describe()["backend"])  # embedded | docker
 
     def for_database(self, database: str) -> Endpoint:
         return self.admin.model_copy(update={"database": database})
@@ -77,7 +79,10 @@ class PostgresBackend:
         """The replica profile's standby (embedded only), or None when the run has none."""
         if self.cluster is None or self.cluster.standby is None:
             return None
-        return self.for_database(database).model_copy(update={"port": self.cluster.standby.port})
+        standby = self.cluster.standby
+        return self.for_database(database).model_copy(
+            update={"host": standby.host, "port": standby.port}
+        )
 
     async def server_version(self) -> str:
         conn = await self.admin.harness_connect()
