@@ -408,6 +408,8 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext, ready: TaskStatus[Non
 
 async def _load(fault: LoadActor, ctx: ActorContext, ready: TaskStatus[None]) -> None:
     connected = [0]
+    # Scoring leaves out crashes of sessions recorded with crash_expected (the fault's own).
+    expected = fault.crash_expected
     lost = (asyncpg.PostgresError, *CONNECTION_ERRORS)
 
     async def reconnect() -> asyncpg.Connection:
@@ -429,13 +431,14 @@ async def _load(fault: LoadActor, ctx: ActorContext, ready: TaskStatus[None]) ->
             try:
                 pid, started = await _identity(conn)
                 if first:
-                    _record(ctx, fault, "started", pid, started, session=i)
+                    _record(ctx, fault, "started", pid, started, session=i, crash_expected=expected)
                     first = False
                     connected[0] += 1
                     if connected[0] == fault.sessions:
                         ready.started()
                 else:
-                    _record(ctx, fault, "started", pid, started, session=i, reconnected=True)
+                    _record(ctx, fault, "started", pid, started, session=i, reconnected=True,
+                            crash_expected=expected)  # fmt: skip
                 while True:
                     for stmt in fault.statements:
                         await conn.execute(stmt)

@@ -103,6 +103,11 @@ class EventRecord(Record):
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
+#: An actor record's detail key: a crash of this session is the scenario's fault (an OOM kill
+#: of a load the scenario runs), not the agent's; scoring leaves its crash lines out.
+CRASH_EXPECTED = "crash_expected"
+
+
 class ActorRecord(Record):
     """A live actor (held session, load, ...) started or finished by the harness."""
 

@@ -77,6 +77,12 @@ class LoadActor(_Fault):
         description="a lost session (server restart, terminated backend) reconnects every "
         "wall second and goes on, as a service would; each new session is on record",
     )
+    crash_expected: bool = Field(
+        default=False,
+        description="its sessions are the fault: the server may crash because of them (the "
+        "kernel's OOM killer kills one); a crash of one of its sessions is the scenario's, "
+        "not the agent's, and does not fail the run's verdicts",
+    )
 
 
 class IdleConnections(_Fault):
