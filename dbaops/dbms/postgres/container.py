@@ -248,18 +248,27 @@ class ContainerCluster(PostgresCluster):
         reaches the standby), ``disconnect`` takes its network link away."""
         if self.primary is None:
             raise ClusterError("a partition cuts a standby off its primary: this is the primary")
+        await self._cut(mode)
+        self.partitioned = mode
+
+    async def _cut(self, mode: PartitionMode) -> None:
+        """Cut the running container off the primary (a partition, or one that a new
+        container of this standby inherits)."""
+        assert self.primary is not None
         net = self.primary.replication_net()
         if mode == "disconnect":
             network = await self.docker.networks.get(net.name)
             await network.disconnect({"Container": self.container_name, "Force": True})
         else:
             await self._iptables("-A", net.gateway, self.primary.port)
-        self.partitioned = mode
 
     async def heal(self) -> None:
         if self.primary is None or self.partitioned is None:
             return
         net = self.primary.replication_net()
+        if not await self._running():  # the next container starts whole
+            self.partitioned = None
+            return
         if self.partitioned == "disconnect":
             network = await self.docker.networks.get(net.name)
             await network.connect({"Container": self.container_name,
@@ -433,13 +442,14 @@ class ContainerCluster(PostgresCluster):
         if self.primary is not None:
             await self.primary.ensure_replication_net()
             self._aim_at_primary()
-            self.partitioned = None  # a new container has a clean network namespace
         elif self._has_standby():
             await self.ensure_replication_net()
         if await self.ensure_container():
             # A new machine: a postmaster.pid left by a crash names no live server, and with
             # the host's pid namespace its pid may be another process's by now.
             (self.datadir / "postmaster.pid").unlink(missing_ok=True)
+            if self.partitioned is not None:  # the partition is the network's: it stays
+                await self._cut(self.partitioned)
         await super().start()
 
     async def stop(self, mode: str = "fast") -> None:
