@@ -70,7 +70,29 @@ def _unmount_volumes() -> None:
             subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
 
+def _remove_containers() -> None:
+    """Remove the containers and networks of this session's container clusters (a failed test
+    may have left them); the tests check that the backend itself leaves none."""
+    from dbaops.containers.daemon import daemon_unavailable, docker_client
+    from dbaops.dbms.postgres.container import CONTAINER_LABEL
+
+    if daemon_unavailable() is not None:
+        return
+
+    async def remove() -> None:
+        async with docker_client() as docker:
+            for c in await docker.containers.list(all=True):
+                if str(c["Labels"].get(CONTAINER_LABEL, "")).startswith(f"{_HOME}/"):
+                    await (await docker.containers.get(c["Id"])).delete(force=True)
+            for n in await docker.networks.list():
+                if str((n.get("Labels") or {}).get(CONTAINER_LABEL, "")).startswith(f"{_HOME}/"):
+                    await (await docker.networks.get(n["Id"])).delete()
+
+    anyio.run(remove)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _remove_containers()
     _stop_all_clusters()
     _unmount_volumes()
     shutil.rmtree(_HOME, ignore_errors=True)

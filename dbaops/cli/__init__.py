@@ -782,11 +782,57 @@ def clean(
                 pass
         shutil.rmtree(path, ignore_errors=True)
         console.print(f"removed {path}")
+    if targets:
+        from dbaops.containers.daemon import daemon_unavailable
+        from dbaops.dbms.postgres.container import remove_containers_of
+
+        if daemon_unavailable() is None:  # the docker backend's containers and networks
+            for name in anyio.run(remove_containers_of, targets):
+                console.print(f"removed container or network {name}")
     for path in snapshots:
         shutil.rmtree(path, ignore_errors=True)
         console.print(f"removed {path}")
     if not targets and not snapshots:
         console.print(f"nothing to remove under {root}")
+
+
+@app.command()
+def image(
+    major: Annotated[
+        int, typer.Option("--major", help="PostgreSQL major version (15: bookworm, 17: trixie)")
+    ] = 15,
+    name: ImageOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Build (when missing) or find the docker backend's server image, from Debian packages
+    with no registry (or pull --image NAME from yours), and print its tag."""
+    from rich.status import Status
+
+    from dbaops.containers.daemon import DockerUnavailable, docker_client
+    from dbaops.containers.images import ImageError, ensure_postgres_image
+    from dbaops.dbms.postgres.cluster import dbaops_home
+
+    _configure_logging(verbose)
+
+    async def build(status: Status) -> str:
+        def progress(line: str) -> None:
+            status.update(f"[bold]building[/bold] {line[:110]}")
+            if verbose:
+                console.print(line, highlight=False)
+
+        async with docker_client() as docker:
+            img = await ensure_postgres_image(
+                docker, major, dbaops_home() / "images", progress, name
+            )
+        return f"{img.tag} ({'built now' if img.built else 'cached'})"
+
+    try:
+        with Status(f"PostgreSQL {major} image", console=console) as status:
+            result = anyio.run(build, status)
+    except (DockerUnavailable, ImageError) as exc:
+        _error(exc)
+        raise typer.Exit(2) from None
+    console.print(result)
 
 
 @app.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,6 +31,25 @@ def daemon_problem() -> str | None:
             f"no Docker daemon: {docker_socket()} does not exist (Debian: apt-get install "
             "docker.io, then start dockerd; see .ci/docker.sh)"
         )
+    return None
+
+
+def daemon_unavailable() -> str | None:
+    """Why no Docker daemon answers here (None: one does): a blocking ``/_ping`` over the
+    socket, for callers outside an event loop (test collection, listings)."""
+    problem = daemon_problem()
+    if problem:
+        return problem
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(5)
+            sock.connect(docker_socket())
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            reply = sock.recv(64)
+    except OSError as exc:
+        return f"the Docker daemon at {docker_socket()} does not answer: {exc}"
+    if b" 200 " not in reply:
+        return f"the Docker daemon at {docker_socket()} answers {reply[:40]!r} to a ping"
     return None
 
 

@@ -28,7 +28,7 @@ import anyio
 import structlog
 from pydantic import BaseModel
 
-from dbaops.containers.daemon import open_docker
+from dbaops.containers.daemon import docker_client, open_docker
 from dbaops.containers.images import PostgresImage, Progress, ensure_postgres_image
 from dbaops.containers.machine import PartitionMode
 from dbaops.containers.resources import ServerResources
@@ -558,6 +558,24 @@ def _oom_kills(container_id: str) -> int | None:
         except (OSError, ValueError):
             continue
     return None
+
+
+async def remove_containers_of(roots: list[Path]) -> list[str]:
+    """Remove the containers and networks of the cluster directories ``roots`` (``dbaops
+    clean``); returns their names."""
+    wanted = {str(r) for r in roots}
+    wanted |= {f"{r}/standby" for r in wanted}
+    removed: list[str] = []
+    async with docker_client() as docker:
+        for c in await docker.containers.list(all=True):
+            if c["Labels"].get(CONTAINER_LABEL) in wanted:
+                await (await docker.containers.get(c["Id"])).delete(force=True)
+                removed.append(str(c["Names"][0]).lstrip("/"))
+        for n in await docker.networks.list():
+            if (n.get("Labels") or {}).get(CONTAINER_LABEL) in wanted:
+                await (await docker.networks.get(n["Id"])).delete()
+                removed.append(str(n["Name"]))
+    return removed
 
 
 async def server_version_of(docker: aiodocker.Docker, image: PostgresImage) -> str:

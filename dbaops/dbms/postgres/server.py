@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -154,6 +155,21 @@ async def embedded_backend(
     return PostgresBackend(None, cluster)
 
 
+#: The PostgreSQL major of the docker backend's image (15: bookworm's, 17: trixie's).
+CONTAINER_MAJOR_ENV = "DBAOPS_DOCKER_PG_MAJOR"
+
+
+def container_major(bindir: Path | None) -> int:
+    """The major a container server runs: $DBAOPS_DOCKER_PG_MAJOR, else the one of the
+    binaries named for the run, else 15 (the design target)."""
+    env = os.environ.get(CONTAINER_MAJOR_ENV)
+    if env:
+        if not env.isdigit():
+            raise ValueError(f"{CONTAINER_MAJOR_ENV}={env!r} is not a major version (15, 17)")
+        return int(env)
+    return find_binaries(bindir).major if bindir else 15
+
+
 async def container_backend(
     request: ServerRequest, progress: Callable[[str], None] | None = None
 ) -> PostgresBackend:
@@ -161,7 +177,7 @@ async def container_backend(
     from Debian packages when missing, or ``request.image``), started."""
     from dbaops.dbms.postgres.container import open_container_cluster
 
-    major = find_binaries(request.bindir).major if request.bindir else 15
+    major = container_major(request.bindir)
     cluster = await open_container_cluster(
         request.name,
         major=major,
