@@ -44,6 +44,7 @@ class ValidationRow(BaseModel):
     reason: str = ""
     run_dir: Path
     server_version: str | None = None
+    backend: str = Field(default="embedded", description="where the server ran")
     duration_s: float | None = Field(default=None, description="wall seconds of the run")
     difficulty: DifficultyLabel | None = Field(
         default=None, description="reference runs: the label measured from the run (§4.2)"
@@ -219,6 +220,7 @@ def _row(spec: CampaignSpec, sc: Scenario, out: Path, run: PlannedRun) -> Valida
         reason=reason,
         run_dir=data.path,
         server_version=header.versions.get("postgres") if header else None,
+        backend=str((header.backend if header else {}).get("kind", "embedded")),
         duration_s=duration,
         difficulty=label,
     )

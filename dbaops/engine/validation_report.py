@@ -39,6 +39,10 @@ class ScenarioValidation(BaseModel):
 
     id: str
     engine: str = "postgres"
+    backend: str = Field(
+        default="embedded",
+        description="where the server ran: embedded (a local process) or docker (in a container)",
+    )
     server_version: str | None
     time_scale: float
     valid: bool
@@ -64,9 +68,9 @@ class ScenarioValidation(BaseModel):
     validated_on: dt.date = Field(default_factory=lambda: dt.datetime.now(dt.UTC).date())
 
     @property
-    def key(self) -> tuple[str, str, str, float]:
+    def key(self) -> tuple[str, str, str, float, str]:
         major = (self.server_version or "?").split(".")[0]
-        return self.id, self.engine, major, self.time_scale
+        return self.id, self.engine, major, self.time_scale, self.backend
 
     @property
     def missing(self) -> list[str]:
@@ -126,7 +130,9 @@ class ValidationReport(BaseModel):
                 fresh.append(r)
         keys = {r.key for r in fresh}
         kept = [r for r in self.records if r.key not in keys]
-        records = sorted([*kept, *fresh], key=lambda r: (r.id, r.engine, r.key[2], r.time_scale))
+        records = sorted(
+            [*kept, *fresh], key=lambda r: (r.id, r.engine, r.key[2], r.time_scale, r.backend)
+        )
         return ValidationReport(format=self.format, records=records)
 
 
@@ -139,16 +145,17 @@ def scenario_records(
     """Group a validation's rows into one record per scenario, server and scale
     (``definitions``: each scenario's definition key when it was validated; ``expected``:
     the solutions each declares, so a partial validation is recorded as incomplete)."""
-    groups: dict[tuple[str, str | None, float], list[ValidationRow]] = {}
+    groups: dict[tuple[str, str | None, float, str], list[ValidationRow]] = {}
     for row in summary.rows:
         server = row.server_version.split()[0] if row.server_version else None  # "15.20 (Debian…)"
-        groups.setdefault((row.scenario, server, row.time_scale), []).append(row)
+        groups.setdefault((row.scenario, server, row.time_scale, row.backend), []).append(row)
     out: list[ScenarioValidation] = []
-    for (scenario, server, scale), rows in groups.items():
+    for (scenario, server, scale, backend), rows in groups.items():
         label = next((r.difficulty for r in rows if r.difficulty is not None), None)
         out.append(
             ScenarioValidation(
                 id=scenario,
+                backend=backend,
                 server_version=server,
                 time_scale=scale,
                 valid=False,  # judged below
@@ -218,6 +225,7 @@ def render_markdown(report: ValidationReport) -> str:
         if r.depth is not None and r.complexity is not None:
             difficulty += f", {r.depth}, {r.complexity:.2f}"
         problems = "; ".join(v.reason for v in r.verdicts if not v.ok and v.reason)
+        where = " (docker)" if r.backend == "docker" else ""
         if r.valid:
             verdict = "yes"
         elif r.missing and not problems:
@@ -225,7 +233,7 @@ def render_markdown(report: ValidationReport) -> str:
         else:
             verdict = "NO: " + problems[:120]
         lines.append(
-            f"| {r.id} | {r.engine} {r.server_version or '?'} | {r.time_scale:g} | "
+            f"| {r.id} | {r.engine} {r.server_version or '?'}{where} | {r.time_scale:g} | "
             f"{verdict} | "
             f"{_cell(noop.outcome_pass) if noop else '–'} | "
             f"{_cell(ref.outcome_pass) + '/' + _cell(ref.safe_pass) if ref else '–'} | "
