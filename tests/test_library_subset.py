@@ -37,6 +37,7 @@ CONTAINER_SUBSET = [
     "pg-sf-09",  # resources (a memory limit): an OOM kill; load with crash_expected
     "pg-sf-10",  # crash
     "pg-sf-11",  # partition, with the replica profile on the replication network
+    "pg-sf-12",  # resources (disk_mb): the data directory on a full volume of its own
 ]
 #: Fault kinds no library scenario uses yet; their tests against a real server are in
 #: test_os_and_client_faults.py.
@@ -131,3 +132,23 @@ async def test_a_container_scenario_is_valid(scenario: str, tmp_path: Path) -> N
     failed = [(r.solution, r.reason) for r in summary.rows if not r.ok]
     assert failed == []
     assert {r.solution for r in summary.rows} >= {"noop", "reference", "shallow"}
+
+
+async def test_a_scenario_has_the_same_verdicts_in_a_container(tmp_path: Path) -> None:
+    """pg-sf-01 on the docker backend: the same verdicts as the committed embedded record."""
+    problem = daemon_unavailable()
+    if problem is not None:
+        if os.environ.get("DBAOPS_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"DBAOPS_REQUIRE_DOCKER=1 but {problem}")
+        pytest.skip(problem)
+    summary = await validate(
+        ["pg-sf-01"], RunOptions(time_scale=0.05, runs_dir=tmp_path, backend="docker")
+    )
+    assert {r.backend for r in summary.rows} == {"docker"}
+    docker = {r.solution: (r.outcome_pass, r.safe_pass) for r in summary.rows}
+    embedded = next(
+        r
+        for r in read_report(timelines_dir()).records
+        if r.id == "pg-sf-01" and r.backend == "embedded" and r.key[2] == "15"
+    )
+    assert docker == {v.solution: (v.outcome_pass, v.safe_pass) for v in embedded.verdicts}
