@@ -744,6 +744,17 @@ def difficulty(
         console.print(f"  {m.modality}: C = {m.complexity:.2f} ({how})")
 
 
+def _unmount_under(path: Path) -> None:
+    """Unmount every filesystem mounted below ``path`` (deepest first)."""
+    import subprocess
+
+    with open("/proc/self/mounts") as fh:
+        points = [line.split()[1] for line in fh if len(line.split()) > 1]
+    for point in sorted(points, reverse=True):
+        if point.startswith(f"{path}/"):
+            subprocess.run(["umount", point], check=False, capture_output=True)
+
+
 @app.command()
 def clean(
     scenarios: Annotated[
@@ -771,6 +782,7 @@ def clean(
         targets = [p for p in targets if of_scenario(p.name)]
         snapshots = [p for p in snapshots if of_scenario(p.name)]
     for path in targets:
+        _unmount_under(path)  # a tablespace volume's loop mount, left by a killed run
         pidfile = path / "data" / "postmaster.pid"
         if pidfile.exists():
             import os
