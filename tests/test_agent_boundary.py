@@ -12,7 +12,7 @@ from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.engine.validate import validate
 from dbaops.engine.validation_report import scenario_records
 from dbaops.evaluation.score import score_run, server_crashed
-from dbaops.record.kinds import ToolCallRecord
+from dbaops.record.kinds import CRASH_EXPECTED, ActorRecord, ToolCallRecord
 from dbaops.record.trace import read_trace
 from dbaops.scenario.loader import timelines_dir
 
@@ -181,6 +181,24 @@ def test_crash_markers_in_the_server_log_count_as_a_crash(tmp_path: Path) -> Non
     assert crashed and reason is not None and "signal 9" in reason
     log.write_text("2026-01-01 00:00:00.000 UTC [1] @  LOG:  checkpoint complete\n")
     assert server_crashed([], log.read_text().splitlines()) == (False, None)
+
+
+def test_a_crash_of_a_session_the_fault_expects_to_crash_is_not_the_agents() -> None:
+    """An OOM kill of a load the scenario runs (crash_expected) is the fault; a kill of any
+    other session (one the agent's change made hungry, say) still counts."""
+    lines = [
+        "2026-01-01 00:00:00.000 UTC [1] @  LOG:  server process (PID 42) was terminated by "
+        "signal 9: Killed",
+    ]
+    victim = ActorRecord(
+        actor="activation:load", status="started", pid=42, pids=[42],
+        detail={CRASH_EXPECTED: True},
+    )  # fmt: skip
+    assert server_crashed([victim], lines) == (False, None)
+    bystander = victim.model_copy(update={"detail": {}})
+    assert server_crashed([bystander], lines)[0] is True
+    other = victim.model_copy(update={"pid": 43, "pids": [43]})
+    assert server_crashed([other], lines)[0] is True
 
 
 def test_third_party_agents_plug_in_by_import_path() -> None:

@@ -31,6 +31,7 @@ from dbaops.engine.actors import ActorContext, StandbyAccess, run_fault
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.record.kinds import ActorRecord, Record
 from dbaops.scenario.faults import CpuLimit, Crash, Freeze, Partition, TablespaceVolume
+from dbaops.scenario.loader import ScenarioError, load_scenario
 from dbaops.tools.instance import instance_tool
 
 pytestmark = pytest.mark.anyio
@@ -361,6 +362,21 @@ async def test_no_daemon_is_a_clear_refusal(
     with pytest.raises(DockerUnavailable):
         async with docker_client():
             pass
+
+
+def test_a_machine_fault_without_the_docker_backend_is_refused_at_load(tmp_path: Path) -> None:
+    text = (Path(__file__).parent.parent / "timelines" / "pg-sf-10.yaml").read_text()
+    path = tmp_path / "no-backend.yaml"
+    path.write_text(text.replace("backend: docker\n", "", 1))
+    with pytest.raises(ScenarioError) as refused:
+        load_scenario(path)
+    message = str(refused.value)
+    assert "preparation.activation[2]" in message and "'crash'" in message
+    assert "declare backend: docker" in message
+    with pytest.raises(ValueError, match="cpus"):
+        CpuLimit(cpus=0)
+    with pytest.raises(ValueError, match="mode"):
+        Partition.model_validate({"mode": "cut"})
 
 
 @requires_docker
