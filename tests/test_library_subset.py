@@ -37,6 +37,7 @@ CONTAINER_SUBSET = [
     "pg-sf-09",  # resources (a memory limit): an OOM kill; load with crash_expected
     "pg-sf-10",  # crash
     "pg-sf-11",  # partition, with the replica profile on the replication network
+    "pg-sf-12",  # resources (disk_mb): the data directory on a full volume of its own
 ]
 #: Fault kinds no library scenario uses yet; their tests against a real server are in
 #: test_os_and_client_faults.py.

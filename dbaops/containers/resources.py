@@ -13,6 +13,13 @@ class ServerResources(BaseModel):
 
     cpus: float | None = Field(default=None, gt=0, le=256, description="CPUs (may be fractional)")
     memory_mb: int | None = Field(default=None, ge=64, description="memory limit (no swap), MiB")
+    disk_mb: int | None = Field(
+        default=None,
+        ge=64,
+        le=65536,
+        description="the data directory on a volume of its own of this size, MiB (an ext4 file, "
+        "loop-mounted: a real, recoverable disk-full); WAL and the server log stay off it",
+    )
     shm_mb: int = Field(
         default=512, ge=64, description="/dev/shm, MiB (parallel query's dynamic shared memory)"
     )

@@ -247,6 +247,20 @@ class PostgresCluster:
             raise ClusterError(f"{' '.join(args)} failed ({result.returncode}): {out.strip()}")
         return out
 
+    def _initdb_options(self) -> list[str]:
+        """Further initdb options (where WAL lives, say)."""
+        return []
+
+    def _kept_dirs(self) -> list[str]:
+        """Directories under the cluster's own besides the data directory that its snapshots
+        carry (a WAL directory kept apart from the data)."""
+        return []
+
+    def _data_on_volume(self) -> bool:
+        """The data directory lives on one of the cluster's volumes (whose image a snapshot
+        carries, so its copy of the data directory is not needed)."""
+        return False
+
     async def _initdb(self, settings: dict[str, str]) -> None:
         t0 = time.monotonic()
         if self.datadir.exists():
@@ -268,6 +282,7 @@ class PostgresCluster:
             "--locale-provider=libc",
             "--locale=C.UTF-8",
             "--no-sync",
+            *self._initdb_options(),
         )
         conf = dict(FIXTURE_SETTINGS)
         conf["unix_socket_directories"] = f"'{self.socket_dir}'"
@@ -579,7 +594,11 @@ class PostgresCluster:
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
-        await self._run("cp", "-a", str(self.datadir), str(target / "data"), as_service=False)
+        if not self._data_on_volume():
+            await self._run("cp", "-a", str(self.datadir), str(target / "data"), as_service=False)
+        for kept in self._kept_dirs():
+            await self._run("cp", "-a", str(self.root / kept), str(target / kept),
+                            as_service=False)  # fmt: skip
         (target / "origin").write_text(str(self.root))
         await self._on_volumes(lambda: self.volumes.capture(target / "volumes"))
         if self.standby is not None:
@@ -600,15 +619,20 @@ class PostgresCluster:
         await self.stop(mode="immediate")
         if self.standby is not None:
             await self.standby.stop(mode="immediate")
-        if self.datadir.exists():
-            shutil.rmtree(self.datadir)
         self._clear_archive()
         origin = self._snapshot_origin(name)
-        await self._run(
-            "cp", "-a", str(self.snapshot_root / name / "data"), str(self.datadir), as_service=False
-        )
-        _rebase(self.datadir, origin, self.root)
+        # Volumes first: the data directory may live on one.
         await self._on_volumes(lambda: self.volumes.restore(self.snapshot_root / name / "volumes"))
+        if not self._data_on_volume():
+            if self.datadir.exists():
+                shutil.rmtree(self.datadir)
+            await self._run("cp", "-a", str(self.snapshot_root / name / "data"),
+                            str(self.datadir), as_service=False)  # fmt: skip
+        for kept in self._kept_dirs():
+            shutil.rmtree(self.root / kept, ignore_errors=True)
+            await self._run("cp", "-a", str(self.snapshot_root / name / kept),
+                            str(self.root / kept), as_service=False)  # fmt: skip
+        _rebase(self.datadir, origin, self.root)
         self.file_size_limit_bytes = None  # a run's faults end with it
         standby_copy = self.snapshot_root / name / "standby"
         if self.standby is not None and not standby_copy.exists():
@@ -668,6 +692,13 @@ def _rebase(datadir: Path, origin: Path, root: Path) -> None:
                 stat = path.stat()
                 path.write_text(text.replace(old, new))
                 os.chown(path, stat.st_uid, stat.st_gid)
+    wal = datadir / "pg_wal"
+    if wal.is_symlink() and os.readlink(wal).startswith(old + os.sep):
+        stat = wal.lstat()
+        target = os.readlink(wal)
+        wal.unlink()
+        wal.symlink_to(new + target[len(old) :])
+        os.lchown(wal, stat.st_uid, stat.st_gid)
     links = datadir / "pg_tblspc"
     for link in links.iterdir() if links.exists() else []:
         target = os.readlink(link)

@@ -20,6 +20,7 @@ import hashlib
 import os
 import pwd
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +41,12 @@ from dbaops.dbms.postgres.cluster import (
     cluster_paths,
     dbaops_home,
 )
-from dbaops.dbms.postgres.osuser import ensure_service_user, running_as_root
+from dbaops.dbms.postgres.osuser import chown_tree, ensure_service_user, running_as_root
 
 log = structlog.get_logger(__name__)
+
+#: The volume the data directory lives on when a scenario gives it a size (resources.disk_mb).
+DATA_VOLUME = "pgdata"
 
 #: The addresses of replication networks; the servers of a docker cluster trust them (the
 #: standby's replication connection, and the harness reaching the standby from the gateway).
@@ -208,8 +212,42 @@ class ContainerCluster(PostgresCluster):
             if exc.status != 404:
                 raise ClusterError(f"network {net.name}: {exc}") from exc
 
+    # -- the data directory on a volume of its own (resources.disk_mb) --------------------
+    def _data_on_volume(self) -> bool:
+        return self.primary is None and self.resources.disk_mb is not None
+
+    @property
+    def datadir(self) -> Path:
+        if self._data_on_volume():
+            return self.volumes.location(DATA_VOLUME) / "pgdata"
+        return self.root / "data"
+
+    @property
+    def log_path(self) -> Path:
+        if self._data_on_volume():  # off the volume: a full disk must not silence the log
+            return self.root / "log" / "postgresql.log"
+        return super().log_path
+
+    def _initdb_options(self) -> list[str]:
+        return ["--waldir", str(self.root / "wal")] if self._data_on_volume() else []
+
+    def _kept_dirs(self) -> list[str]:
+        return ["wal"] if self._data_on_volume() else []
+
     async def _initdb(self, settings: dict[str, str]) -> None:
-        await self.ensure_container()  # initdb runs in it
+        if self._data_on_volume():
+            assert self.resources.disk_mb is not None
+            if DATA_VOLUME in self.volumes.names():
+                await self._on_volumes(self.volumes.mount_all)
+            else:
+                size = self.resources.disk_mb
+                await self._on_volumes(lambda: self.volumes.create(DATA_VOLUME, size))
+            shutil.rmtree(self.root / "wal", ignore_errors=True)
+            (self.root / "log").mkdir(exist_ok=True)
+            if self.os_user:
+                chown_tree(self.root / "log", self.os_user)
+            settings = {**settings, "log_directory": f"'{self.root / 'log'}'"}
+        await self.ensure_container()  # initdb runs in it (made after the volume's mount)
         await super()._initdb(settings)
         with (self.datadir / "pg_hba.conf").open("a") as fh:
             fh.write(
@@ -469,6 +507,9 @@ class ContainerCluster(PostgresCluster):
     ) -> PostgresCluster:
         if self.primary is not None:
             raise ClusterError("a standby of a standby is not supported")
+        if self._data_on_volume():
+            raise ClusterError("a standby of a server whose data has its own volume (disk_mb) "
+                               "is not supported")  # fmt: skip
         if not self._has_standby():  # listen on the replication network from now on
             (self.root / "standby" / "data").mkdir(parents=True, exist_ok=True)
             await self.restart()
@@ -629,6 +670,8 @@ async def open_container_cluster(
         await docker.close()
         raise
     try:
+        if cluster.volumes.names():  # the data directory may be on one of them
+            await cluster._on_volumes(cluster.volumes.mount_all)
         if not (cluster.datadir / "PG_VERSION").exists():
             await cluster._initdb({})
             await cluster.remove_container()
