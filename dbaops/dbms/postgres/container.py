@@ -12,6 +12,10 @@ server dies at once, and the next start runs crash recovery).
 
 The container's main process is ``sleep``; the postmaster is started in it by ``pg_ctl``. When
 the main process dies (a kill), the container runtime kills every process of the container.
+
+A standby (the replica profile) runs in a second container on a bridge network its primary
+makes, so a partition between them is real; a scenario can put the data directory on a volume
+of its own (``resources.disk_mb``) that fills for real.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ DATA_VOLUME = "pgdata"
 #: standby's replication connection, and the harness reaching the standby from the gateway).
 REPLICATION_RANGE = "172.30.0.0/16"
 
-#: Labels on every container dbaops makes (``dbaops cleanup`` and the tests find them by it).
+#: Labels on every container dbaops makes (``dbaops clean`` and the tests find them by it).
 CONTAINER_LABEL = "dbaops.cluster"
 
 
