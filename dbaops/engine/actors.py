@@ -24,7 +24,7 @@ from dbaops.dbms.postgres.endpoint import (
     Endpoint,
     quote_ident,
 )
-from dbaops.record.kinds import ActorRecord, Record
+from dbaops.record.kinds import CRASH_EXPECTED, ActorRecord, Record
 from dbaops.scenario.faults import (
     CpuLimit,
     Crash,
@@ -351,8 +351,11 @@ def _record(
     pid: int | None = None,
     backend_start: str | None = None,
     pids: list[int] | None = None,
+    crash_expected: bool = False,
     **detail: object,
 ) -> None:
+    if crash_expected:  # scoring leaves this session's crash lines out (the fault's own)
+        detail[CRASH_EXPECTED] = True
     ctx.trace.write(
         ActorRecord(
             pids=list(pids or ([pid] if pid is not None else [])),
@@ -408,7 +411,6 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext, ready: TaskStatus[Non
 
 async def _load(fault: LoadActor, ctx: ActorContext, ready: TaskStatus[None]) -> None:
     connected = [0]
-    # Scoring leaves out crashes of sessions recorded with crash_expected (the fault's own).
     expected = fault.crash_expected
     lost = (asyncpg.PostgresError, *CONNECTION_ERRORS)
 
