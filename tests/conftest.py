@@ -59,40 +59,33 @@ def _stop_all_clusters() -> None:
     subprocess.run(["sleep", "1"], check=False)
 
 
-def _unmount_volumes() -> None:
-    """Unmount loop-mounted tablespace volumes a failed test may have left under the home."""
-    import subprocess
-
-    with open("/proc/self/mounts") as fh:
-        points = [line.split()[1] for line in fh if len(line.split()) > 1]
-    for point in sorted(points, reverse=True):
-        if point.startswith(f"{_HOME}/"):
-            subprocess.run(["umount", "-l", point], check=False, capture_output=True)
-
-
 def _remove_containers() -> None:
     """Remove the containers and networks of this session's container clusters (a failed test
     may have left them); the tests check that the backend itself leaves none."""
-    from dbaops.containers.daemon import daemon_unavailable, docker_client
-    from dbaops.dbms.postgres.container import CONTAINER_LABEL
+    from dbaops.containers.daemon import daemon_unavailable
+    from dbaops.dbms.postgres.container import remove_labelled
 
-    if daemon_unavailable() is not None:
-        return
+    if daemon_unavailable() is None:
+        anyio.run(remove_labelled, lambda root: root.startswith(f"{_HOME}/"))
 
-    async def remove() -> None:
-        async with docker_client() as docker:
-            for c in await docker.containers.list(all=True):
-                if str(c["Labels"].get(CONTAINER_LABEL, "")).startswith(f"{_HOME}/"):
-                    await (await docker.containers.get(c["Id"])).delete(force=True)
-            for n in await docker.networks.list():
-                if str((n.get("Labels") or {}).get(CONTAINER_LABEL, "")).startswith(f"{_HOME}/"):
-                    await (await docker.networks.get(n["Id"])).delete()
 
-    anyio.run(remove)
+@pytest.fixture(scope="session")
+def docker_daemon() -> None:
+    """A Docker daemon answers (the container backend's tests): skipped, with the reason,
+    where none does, or failed under ``DBAOPS_REQUIRE_DOCKER=1`` (CI, which starts one)."""
+    from dbaops.containers.daemon import daemon_unavailable
+
+    problem = daemon_unavailable()
+    if problem is not None:
+        if os.environ.get("DBAOPS_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"DBAOPS_REQUIRE_DOCKER=1 but {problem}")
+        pytest.skip(problem)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from dbaops.dbms.postgres.volumes import unmount_under
+
     _remove_containers()
     _stop_all_clusters()
-    _unmount_volumes()
+    unmount_under(_HOME, lazy=True)  # loop-mounted volumes a failed test may have left
     shutil.rmtree(_HOME, ignore_errors=True)

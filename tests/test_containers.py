@@ -16,22 +16,23 @@ import anyio
 import asyncpg
 import pytest
 
-from dbaops.clock import ScenarioClock
-from dbaops.containers.daemon import DockerUnavailable, daemon_unavailable, docker_client
+from dbaops.containers.daemon import DockerUnavailable, docker_client
 from dbaops.containers.images import ensure_postgres_image
 from dbaops.containers.resources import ServerResources
 from dbaops.dbms.postgres.cluster import dbaops_home
 from dbaops.dbms.postgres.container import (
     CONTAINER_LABEL,
     ContainerCluster,
+    labelled,
     open_container_cluster,
 )
 from dbaops.dbms.postgres.endpoint import Endpoint
-from dbaops.engine.actors import ActorContext, StandbyAccess, run_fault
+from dbaops.engine.actors import run_fault
 from dbaops.engine.runner import RunOptions, run_scenario
-from dbaops.record.kinds import ActorRecord, Record
+from dbaops.record.kinds import ActorRecord
 from dbaops.scenario.faults import CpuLimit, Crash, Freeze, Partition, TablespaceVolume
 from dbaops.scenario.loader import ScenarioError, load_scenario
+from dbaops.testing.actors import RecordList, cluster_actor_context
 from dbaops.tools.instance import instance_tool
 
 pytestmark = pytest.mark.anyio
@@ -39,37 +40,7 @@ pytestmark = pytest.mark.anyio
 SCENARIOS = Path(__file__).parent / "scenarios"
 
 
-_PROBLEM = daemon_unavailable()
-if _PROBLEM and os.environ.get("DBAOPS_REQUIRE_DOCKER") == "1":
-    raise RuntimeError(f"DBAOPS_REQUIRE_DOCKER=1 but {_PROBLEM}")
-requires_docker = pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")
-
-
-class Records:
-    def __init__(self) -> None:
-        self.items: list[Record] = []
-
-    def write(self, record: Record) -> None:
-        self.items.append(record)
-
-
-def _context(cluster: ContainerCluster, trace: Records) -> ActorContext:
-    endpoint = Endpoint(host=cluster.host, port=cluster.port, database="postgres")
-    standby = cluster.standby
-    access = None
-    if standby is not None:
-        access = StandbyAccess(
-            Endpoint(host=standby.host, port=standby.port, database="postgres"), standby, standby
-        )
-    return ActorContext(
-        endpoint=endpoint,
-        clock=ScenarioClock(),
-        trace=trace,
-        instance=cluster,
-        host=cluster,
-        label="t",
-        standby=access,
-    )
+requires_docker = pytest.mark.usefixtures("docker_daemon")
 
 
 @pytest.fixture
@@ -173,8 +144,8 @@ async def test_a_crash_kills_every_server_process_and_a_start_recovers(
     await conn.execute("CREATE TABLE t (x int); INSERT INTO t SELECT generate_series(1, 1000)")
     await conn.close()
     pids = boxed._server_processes()
-    trace = Records()
-    await run_fault(Crash(), _context(boxed, trace))
+    trace = RecordList()
+    await run_fault(Crash(), cluster_actor_context(boxed, trace))
     assert not any(_exists(f"/proc/{p}") for p in pids)  # all of them at once
     status = await boxed.machine_status()
     assert status.status == "exited" and status.exit_code == 137
@@ -196,9 +167,9 @@ async def test_a_crash_kills_every_server_process_and_a_start_recovers(
 async def test_a_frozen_server_answers_nothing_until_it_thaws(boxed: ContainerCluster) -> None:
     conn = await boxed.connect()
     done = anyio.Event()
-    trace = Records()
+    trace = RecordList()
     async with anyio.create_task_group() as tg:
-        await tg.start(run_fault, Freeze(duration_s=None), _context(boxed, trace))
+        await tg.start(run_fault, Freeze(duration_s=None), cluster_actor_context(boxed, trace))
         assert (await boxed.machine_status()).status == "paused"
 
         async def ask() -> None:
@@ -221,7 +192,7 @@ async def test_a_frozen_server_answers_nothing_until_it_thaws(boxed: ContainerCl
 
 @requires_docker
 async def test_a_cpu_limit_throttles_the_server(boxed: ContainerCluster) -> None:
-    await run_fault(CpuLimit(cpus=0.2), _context(boxed, Records()))
+    await run_fault(CpuLimit(cpus=0.2), cluster_actor_context(boxed, RecordList()))
     async with docker_client() as docker:
         container = await docker.containers.get(boxed.container_name)
         info = await container.show()
@@ -247,7 +218,9 @@ async def test_a_cpu_limit_throttles_the_server(boxed: ContainerCluster) -> None
 async def test_a_tablespace_volume_is_in_the_container_and_fills_for_real(
     boxed: ContainerCluster,
 ) -> None:
-    await run_fault(TablespaceVolume(name="small", size_mb=12), _context(boxed, Records()))
+    await run_fault(
+        TablespaceVolume(name="small", size_mb=12), cluster_actor_context(boxed, RecordList())
+    )
     conn = await boxed.connect()
     try:
         await conn.execute("CREATE TABLE big (x text) TABLESPACE small")
@@ -293,9 +266,9 @@ async def test_a_partition_cuts_the_standby_off_and_healing_resumes_it() -> None
         )
         assert client == standby.host  # replication crosses the bridge network
 
-        trace = Records()
+        trace = RecordList()
         async with anyio.create_task_group() as tg:
-            await tg.start(run_fault, Partition(mode="drop"), _context(cluster, trace))
+            await tg.start(run_fault, Partition(mode="drop"), cluster_actor_context(cluster, trace))
             await conn.execute("INSERT INTO t VALUES (2)")
             await anyio.sleep(1.0)
             # The harness still reaches the standby; the standby has not received the row.
@@ -307,7 +280,9 @@ async def test_a_partition_cuts_the_standby_off_and_healing_resumes_it() -> None
         await replayed(2)
 
         async with anyio.create_task_group() as tg:
-            await tg.start(run_fault, Partition(mode="disconnect"), _context(cluster, trace))
+            await tg.start(
+                run_fault, Partition(mode="disconnect"), cluster_actor_context(cluster, trace)
+            )
             with pytest.raises((OSError, asyncpg.PostgresError)):
                 with anyio.fail_after(10):
                     await standby.connect()  # the link is gone
@@ -384,14 +359,5 @@ async def test_zz_nothing_the_tests_made_is_left_in_docker() -> None:
     """Runs last in this module: every container and network dbaops made is gone."""
     home = str(dbaops_home())
     async with docker_client() as docker:
-        left = [
-            c["Names"]
-            for c in await docker.containers.list(all=True)
-            if str(c["Labels"].get(CONTAINER_LABEL, "")).startswith(home)
-        ]
-        nets = [
-            n["Name"]
-            for n in await docker.networks.list()
-            if str((n.get("Labels") or {}).get(CONTAINER_LABEL, "")).startswith(home)
-        ]
+        left, nets = await labelled(docker, lambda root: root.startswith(home))
     assert left == [] and nets == []

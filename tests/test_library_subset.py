@@ -5,13 +5,11 @@ committed report's scale. The full report (timelines/validation.json) is regener
 
 from __future__ import annotations
 
-import os
 import typing
 from pathlib import Path
 
 import pytest
 
-from dbaops.containers.daemon import daemon_unavailable
 from dbaops.engine.runner import RunOptions
 from dbaops.engine.validate import validate
 from dbaops.engine.validation_report import read_report
@@ -122,25 +120,17 @@ async def test_a_subset_scenario_is_valid(scenario: str, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("scenario", CONTAINER_SUBSET)
+@pytest.mark.usefixtures("docker_daemon")
 async def test_a_container_scenario_is_valid(scenario: str, tmp_path: Path) -> None:
-    problem = daemon_unavailable()
-    if problem is not None:
-        if os.environ.get("DBAOPS_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"DBAOPS_REQUIRE_DOCKER=1 but {problem}")
-        pytest.skip(problem)
     summary = await validate([scenario], RunOptions(time_scale=0.05, runs_dir=tmp_path))
     failed = [(r.solution, r.reason) for r in summary.rows if not r.ok]
     assert failed == []
     assert {r.solution for r in summary.rows} >= {"noop", "reference", "shallow"}
 
 
+@pytest.mark.usefixtures("docker_daemon")
 async def test_a_scenario_has_the_same_verdicts_in_a_container(tmp_path: Path) -> None:
     """pg-sf-01 on the docker backend: the same verdicts as the committed embedded record."""
-    problem = daemon_unavailable()
-    if problem is not None:
-        if os.environ.get("DBAOPS_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"DBAOPS_REQUIRE_DOCKER=1 but {problem}")
-        pytest.skip(problem)
     summary = await validate(
         ["pg-sf-01"], RunOptions(time_scale=0.05, runs_dir=tmp_path, backend="docker")
     )

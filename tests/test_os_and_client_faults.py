@@ -17,9 +17,9 @@ from dbaops.clock import ScenarioClock
 from dbaops.dbms.postgres.cluster import ClusterError, PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.volumes import volume_support_problem
-from dbaops.engine.actors import ActorContext, FaultError, run_fault
+from dbaops.engine.actors import FaultError, run_fault
 from dbaops.evaluation.score import server_crashed
-from dbaops.record.kinds import ActorRecord, Record
+from dbaops.record.kinds import ActorRecord
 from dbaops.scenario.faults import (
     EditConfig,
     FileSizeLimit,
@@ -29,19 +29,12 @@ from dbaops.scenario.faults import (
 )
 from dbaops.scenario.loader import ScenarioError, load_scenario
 from dbaops.scenario.model import OltpWorkload
+from dbaops.testing.actors import RecordList, cluster_actor_context
 from dbaops.workloads.drivers import OltpDriver
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import WorkloadLibrary
 
 pytestmark = pytest.mark.anyio
-
-
-class Records:
-    def __init__(self) -> None:
-        self.items: list[Record] = []
-
-    def write(self, record: Record) -> None:
-        self.items.append(record)
 
 
 @pytest.fixture
@@ -62,18 +55,6 @@ async def own_cluster() -> AsyncIterator[PostgresCluster]:
         shutil.rmtree(cluster.root, ignore_errors=True)
 
 
-def _context(cluster: PostgresCluster, trace: Records) -> ActorContext:
-    endpoint = Endpoint(host=cluster.host, port=cluster.port, database="postgres")
-    return ActorContext(
-        endpoint=endpoint,
-        clock=ScenarioClock(),
-        trace=trace,
-        instance=cluster,
-        host=cluster,
-        label="t",
-    )
-
-
 async def _setting(cluster: PostgresCluster, name: str) -> tuple[str, str | None]:
     conn = await cluster.connect()
     try:
@@ -90,17 +71,17 @@ async def _setting(cluster: PostgresCluster, name: str) -> tuple[str, str | None
 async def test_a_hand_edit_of_postgresql_conf_takes_effect_on_reload(
     own_cluster: PostgresCluster,
 ) -> None:
-    trace = Records()
+    trace = RecordList()
     await run_fault(
         EditConfig(file="postgresql.conf", append=["work_mem = '64kB'"]),
-        _context(own_cluster, trace),
+        cluster_actor_context(own_cluster, trace),
     )
     value, source = await _setting(own_cluster, "work_mem")
     assert value == "64kB" and source is not None and source.endswith("/postgresql.conf")
     # Commenting the line out and reloading restores the default.
     await run_fault(
         EditConfig(file="postgresql.conf", comment_out=r"^work_mem = '64kB'"),
-        _context(own_cluster, trace),
+        cluster_actor_context(own_cluster, trace),
     )
     assert (await _setting(own_cluster, "work_mem"))[0] == "4096kB"
 
@@ -110,7 +91,7 @@ async def test_a_pg_hba_rule_on_top_rejects_a_role_and_spares_the_harness(
 ) -> None:
     await run_fault(
         EditConfig(file="pg_hba.conf", prepend=["host all app_rw 127.0.0.1/32 reject"]),
-        _context(own_cluster, Records()),
+        cluster_actor_context(own_cluster, RecordList()),
     )
     with pytest.raises(asyncpg.InvalidAuthorizationSpecificationError, match="rejects"):
         await own_cluster.connect(user="app_rw")
@@ -122,9 +103,10 @@ async def test_killing_a_backend_crashes_the_server_and_the_crash_is_not_the_age
     own_cluster: PostgresCluster,
 ) -> None:
     victim = await own_cluster.connect(user="batch", application_name="victim")
-    trace = Records()
+    trace = RecordList()
     await run_fault(
-        SignalProcess(signal="KILL", application_name="victim"), _context(own_cluster, trace)
+        SignalProcess(signal="KILL", application_name="victim"),
+        cluster_actor_context(own_cluster, trace),
     )
     signalled = [r for r in trace.items if isinstance(r, ActorRecord)]
     assert [r.status for r in signalled] == ["signalled"]
@@ -151,12 +133,12 @@ async def test_a_signal_that_matches_no_process_is_a_fault_error(
     with pytest.raises(FaultError, match="no 'client backend' process matches"):
         await run_fault(
             SignalProcess(signal="STOP", application_name="nobody"),
-            _context(own_cluster, Records()),
+            cluster_actor_context(own_cluster, RecordList()),
         )
 
 
 async def test_os_faults_need_the_servers_machine(own_cluster: PostgresCluster) -> None:
-    ctx = _context(own_cluster, Records())
+    ctx = cluster_actor_context(own_cluster, RecordList())
     ctx.host = None  # an external server (--dsn): no files, no processes
     with pytest.raises(FaultError, match="needs the server's machine"):
         await run_fault(EditConfig(file="postgresql.conf", append=["x = 1"]), ctx)
@@ -334,7 +316,8 @@ async def test_a_frozen_backend_is_resumed_before_the_harness_stops_the_server(
 ) -> None:
     frozen = await own_cluster.connect(user="batch", application_name="frozen")
     await run_fault(
-        SignalProcess(signal="STOP", application_name="frozen"), _context(own_cluster, Records())
+        SignalProcess(signal="STOP", application_name="frozen"),
+        cluster_actor_context(own_cluster, RecordList()),
     )
     with pytest.raises(TimeoutError):  # it answers nothing while stopped
         await frozen.fetchval("SELECT 1", timeout=1)
@@ -349,7 +332,7 @@ async def test_a_frozen_backend_is_resumed_before_the_harness_stops_the_server(
 async def test_under_a_file_size_limit_a_table_cannot_grow_and_the_server_keeps_running(
     own_cluster: PostgresCluster,
 ) -> None:
-    await run_fault(FileSizeLimit(mb=40), _context(own_cluster, Records()))
+    await run_fault(FileSizeLimit(mb=40), cluster_actor_context(own_cluster, RecordList()))
     conn = await own_cluster.connect()
     try:
         await conn.execute("CREATE TABLE big (x text)")
@@ -365,7 +348,7 @@ async def test_under_a_file_size_limit_a_table_cannot_grow_and_the_server_keeps_
     # An agent's restart keeps the limit (it is the volume's, not the process's).
     await own_cluster.restart()
     assert own_cluster.file_size_limit_bytes == 40 * 1024 * 1024
-    await run_fault(FileSizeLimit(mb=None), _context(own_cluster, Records()))
+    await run_fault(FileSizeLimit(mb=None), cluster_actor_context(own_cluster, RecordList()))
     conn = await own_cluster.connect()
     try:
         await conn.execute(
@@ -391,7 +374,8 @@ async def test_a_tablespace_volume_fills_for_real_and_snapshots_carry_it(
 ) -> None:
     try:
         await run_fault(
-            TablespaceVolume(name="archive_space", size_mb=12), _context(own_cluster, Records())
+            TablespaceVolume(name="archive_space", size_mb=12),
+            cluster_actor_context(own_cluster, RecordList()),
         )
         assert own_cluster.volumes.is_mounted("archive_space")
         conn = await own_cluster.connect()
@@ -452,7 +436,8 @@ async def test_tablespace_volume_input_errors(
     assert volume_support_problem() == "a loop-mounted volume needs root (run dbaops as root)"
     with pytest.raises(ClusterError, match="needs root"):
         await run_fault(
-            TablespaceVolume(name="archive_space", size_mb=12), _context(own_cluster, Records())
+            TablespaceVolume(name="archive_space", size_mb=12),
+            cluster_actor_context(own_cluster, RecordList()),
         )
     monkeypatch.undo()
     path = tmp_path / "vol.yaml"
@@ -471,7 +456,7 @@ async def test_tablespace_volume_input_errors(
         load_scenario(path)
 
 
-async def _await_records(trace: Records, count: int, status: str) -> list[ActorRecord]:
+async def _await_records(trace: RecordList, count: int, status: str) -> list[ActorRecord]:
     """The actor records of ``status`` once there are ``count`` of them (a guard, not a
     timing assertion: the condition is what the test waits for)."""
     with anyio.fail_after(120):
@@ -485,8 +470,8 @@ async def _await_records(trace: Records, count: int, status: str) -> list[ActorR
 async def test_a_reconnecting_load_survives_a_restart_and_a_terminated_session(
     own_cluster: PostgresCluster,
 ) -> None:
-    trace = Records()
-    ctx = _context(own_cluster, trace)
+    trace = RecordList()
+    ctx = cluster_actor_context(own_cluster, trace)
     load = LoadActor(
         role="batch", application_name="heartbeat", statements=["SELECT 1"], pause_ms=20,
         reconnect=True,
@@ -507,8 +492,8 @@ async def test_a_reconnecting_load_survives_a_restart_and_a_terminated_session(
         assert all("error" in r.detail for r in ended)
         tg.cancel_scope.cancel()
     # Without reconnect, a restart ends the load (its end is on record with the error).
-    trace = Records()
-    ctx = _context(own_cluster, trace)
+    trace = RecordList()
+    ctx = cluster_actor_context(own_cluster, trace)
     once = load.model_copy(update={"reconnect": False})
     async with anyio.create_task_group() as tg:
         await tg.start(run_fault, once, ctx)

@@ -744,17 +744,6 @@ def difficulty(
         console.print(f"  {m.modality}: C = {m.complexity:.2f} ({how})")
 
 
-def _unmount_under(path: Path) -> None:
-    """Unmount every filesystem mounted below ``path`` (deepest first)."""
-    import subprocess
-
-    with open("/proc/self/mounts") as fh:
-        points = [line.split()[1] for line in fh if len(line.split()) > 1]
-    for point in sorted(points, reverse=True):
-        if point.startswith(f"{path}/"):
-            subprocess.run(["umount", point], check=False, capture_output=True)
-
-
 @app.command()
 def clean(
     scenarios: Annotated[
@@ -781,8 +770,10 @@ def clean(
 
         targets = [p for p in targets if of_scenario(p.name)]
         snapshots = [p for p in snapshots if of_scenario(p.name)]
+    from dbaops.dbms.postgres.volumes import unmount_under
+
     for path in targets:
-        _unmount_under(path)  # a tablespace volume's loop mount, left by a killed run
+        unmount_under(path)  # a volume's loop mount, left by a killed run
         pidfile = path / "data" / "postmaster.pid"
         if pidfile.exists():
             import os
@@ -796,10 +787,11 @@ def clean(
         console.print(f"removed {path}")
     if targets:
         from dbaops.containers.daemon import daemon_unavailable
-        from dbaops.dbms.postgres.container import remove_containers_of
+        from dbaops.dbms.postgres.container import remove_labelled
 
+        roots = {str(p) for p in targets} | {f"{p}/standby" for p in targets}
         if daemon_unavailable() is None:  # the docker backend's containers and networks
-            for name in anyio.run(remove_containers_of, targets):
+            for name in anyio.run(remove_labelled, roots.__contains__):
                 console.print(f"removed container or network {name}")
     for path in snapshots:
         shutil.rmtree(path, ignore_errors=True)
@@ -836,7 +828,7 @@ def image(
             img = await ensure_postgres_image(
                 docker, major, dbaops_home() / "images", progress, name
             )
-        return f"{img.tag} ({'built now' if img.built else 'cached'})"
+        return f"{img.tag}: PostgreSQL {img.version} ({'built now' if img.built else 'cached'})"
 
     try:
         with Status(f"PostgreSQL {major} image", console=console) as status:

@@ -77,12 +77,3 @@ async def docker_client() -> AsyncIterator[aiodocker.Docker]:
         yield client
     finally:
         await client.close()
-
-
-async def daemon_answers() -> bool:
-    """True when a Docker daemon answers on the local socket."""
-    try:
-        async with docker_client():
-            return True
-    except DockerUnavailable:
-        return False

@@ -51,6 +51,8 @@ class PostgresImage(BaseModel):
     tag: str
     major: int
     bindir: str
+    version: str  # what its ``postgres --version`` reports, e.g. 15.20
+    from_registry: bool = False  # named by the user (--image) rather than built by dbaops
     built: bool = False  # built (or pulled) by this call rather than found
 
 
@@ -212,19 +214,27 @@ async def ensure_base(
     return tag, True
 
 
-async def _bindir_of(client: aiodocker.Docker, tag: str, major: int) -> str:
-    """Where the image keeps PostgreSQL ``major``'s server binaries (an error if it does not)."""
-    bindir = f"/usr/lib/postgresql/{major}/bin"
+def bindir_of(major: int) -> str:
+    """Where Debian's packaging (and so the images) keeps PostgreSQL ``major``'s binaries."""
+    return f"/usr/lib/postgresql/{major}/bin"
+
+
+async def _server_version(client: aiodocker.Docker, tag: str, major: int) -> str:
+    """What the image's PostgreSQL ``major`` server says its version is (one short-lived
+    container; an error if the image holds no such server)."""
+    postgres = f"{bindir_of(major)}/postgres"
     container = await client.containers.run(
-        {"Image": tag, "Cmd": ["test", "-x", f"{bindir}/postgres"], "Entrypoint": []}
+        {"Image": tag, "Entrypoint": [], "Cmd": [postgres, "--version"]}
     )
     try:
         status = await container.wait()
+        out = "".join(await container.log(stdout=True, stderr=True))
     finally:
         await container.delete(force=True)
     if status.get("StatusCode") != 0:
-        raise ImageError(f"image {tag} holds no PostgreSQL {major} server ({bindir}/postgres)")
-    return bindir
+        raise ImageError(f"image {tag} holds no PostgreSQL {major} server ({postgres})")
+    words = out.split()
+    return words[-1] if words else "unknown"
 
 
 async def ensure_postgres_image(
@@ -246,7 +256,12 @@ async def ensure_postgres_image(
                 raise ImageError(f"image {image} is not here and cannot be pulled: {exc}") from exc
             built = True
         return PostgresImage(
-            tag=image, major=major, bindir=await _bindir_of(client, image, major), built=built
+            tag=image,
+            major=major,
+            bindir=bindir_of(major),
+            version=await _server_version(client, image, major),
+            from_registry=True,
+            built=built,
         )
     suite = POSTGRES_SUITES.get(major)
     if suite is None:
@@ -270,5 +285,10 @@ async def ensure_postgres_image(
             progress,
         )
         built = True
-    bindir = f"/usr/lib/postgresql/{major}/bin"
-    return PostgresImage(tag=tag, major=major, bindir=bindir, built=built or base_built)
+    return PostgresImage(
+        tag=tag,
+        major=major,
+        bindir=bindir_of(major),
+        version=await _server_version(client, tag, major),
+        built=built or base_built,
+    )

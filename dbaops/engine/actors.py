@@ -271,9 +271,10 @@ async def _machine_outage(
     detail: dict[str, object] = {"duration_s": fault.duration_s}
     if isinstance(fault, Partition):
         await machine.partition(fault.mode)
-        detail["mode"] = fault.mode
+        detail["mode"], undo = fault.mode, machine.heal
     else:
         await machine.freeze()
+        undo = machine.thaw
     _machine_record(ctx, fault.kind, "started", **detail)
     ready.started()
     try:
@@ -283,10 +284,7 @@ async def _machine_outage(
             await ctx.clock.sleep(fault.duration_s)
     finally:
         with anyio.CancelScope(shield=True):
-            if isinstance(fault, Partition):
-                await machine.heal()
-            else:
-                await machine.thaw()
+            await undo()
             _machine_record(ctx, fault.kind, "finished", **detail)
 
 

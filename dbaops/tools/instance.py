@@ -43,30 +43,32 @@ def instance_tool(
         running = await instance.is_running() if instance else None
         machine = await instance.machine_summary() if instance else None
         machine_line = f"\n{machine}" if machine else ""
-        conn = None
+        row = None
         problem = f"no answer in {STATUS_CONNECT_TIMEOUT_S:g} s"
-        with anyio.move_on_after(STATUS_CONNECT_TIMEOUT_S):
+        with anyio.move_on_after(STATUS_CONNECT_TIMEOUT_S):  # a frozen server never answers
             try:
                 conn = await connect()
             except OSError as exc:
                 problem = str(exc)
-        if conn is None:
+            else:
+                try:
+                    row = await conn.fetchrow(
+                        "SELECT version() AS version, "
+                        "pg_postmaster_start_time()::text AS started, "
+                        "pg_is_in_recovery() AS in_recovery, "
+                        "(SELECT count(*) FROM pg_stat_activity) AS sessions, "
+                        "(SELECT string_agg(name, ', ') FROM pg_settings "
+                        "WHERE pending_restart) AS pending"
+                    )
+                finally:
+                    conn.terminate()
+        if row is None:
             return ToolResult(
                 ok=True,
                 observation=f"server running: {running}; not accepting connections "
                 f"({problem}){machine_line}",
                 detail={"running": running},
             )
-        try:
-            row = await conn.fetchrow(
-                "SELECT version() AS version, pg_postmaster_start_time()::text AS started, "
-                "pg_is_in_recovery() AS in_recovery, "
-                "(SELECT count(*) FROM pg_stat_activity) AS sessions, "
-                "(SELECT string_agg(name, ', ') FROM pg_settings WHERE pending_restart) AS pending"
-            )
-        finally:
-            await conn.close()
-        assert row is not None
         text = (
             f"server running: {True if running is None else running}\n{row['version']}\n"
             f"started: {row['started']}\nin recovery: {row['in_recovery']}\n"

@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import anyio
 import asyncpg
@@ -140,6 +140,9 @@ def cluster_paths(
 class PostgresCluster:
     """One embedded cluster directory with its server process."""
 
+    #: Where the server runs (the run header's ``backend.kind``).
+    backend: ClassVar[str] = "embedded"
+
     def __init__(
         self,
         root: Path,
@@ -247,14 +250,11 @@ class PostgresCluster:
             raise ClusterError(f"{' '.join(args)} failed ({result.returncode}): {out.strip()}")
         return out
 
-    def _initdb_options(self) -> list[str]:
-        """Further initdb options (where WAL lives, say)."""
-        return []
-
-    def _kept_dirs(self) -> list[str]:
-        """Directories under the cluster's own besides the data directory that its snapshots
-        carry (a WAL directory kept apart from the data)."""
-        return []
+    @property
+    def wal_dir(self) -> Path | None:
+        """WAL kept apart from the data directory (initdb --waldir; snapshots carry it), or
+        None: in it."""
+        return None
 
     def _data_on_volume(self) -> bool:
         """The data directory lives on one of the cluster's volumes (whose image a snapshot
@@ -282,7 +282,7 @@ class PostgresCluster:
             "--locale-provider=libc",
             "--locale=C.UTF-8",
             "--no-sync",
-            *self._initdb_options(),
+            *(["--waldir", str(self.wal_dir)] if self.wal_dir else []),
         )
         conf = dict(FIXTURE_SETTINGS)
         conf["unix_socket_directories"] = f"'{self.socket_dir}'"
@@ -468,7 +468,7 @@ class PostgresCluster:
 
     def describe(self) -> dict[str, object]:
         """What the run header records about where the server runs."""
-        return {"backend": "embedded"}
+        return {"backend": self.backend}
 
     @property
     def machine(self) -> ServerMachine | None:
@@ -596,9 +596,8 @@ class PostgresCluster:
         target.mkdir(parents=True)
         if not self._data_on_volume():
             await self._run("cp", "-a", str(self.datadir), str(target / "data"), as_service=False)
-        for kept in self._kept_dirs():
-            await self._run("cp", "-a", str(self.root / kept), str(target / kept),
-                            as_service=False)  # fmt: skip
+        if self.wal_dir is not None:
+            await self._run("cp", "-a", str(self.wal_dir), str(target / "wal"), as_service=False)
         (target / "origin").write_text(str(self.root))
         await self._on_volumes(lambda: self.volumes.capture(target / "volumes"))
         if self.standby is not None:
@@ -628,19 +627,23 @@ class PostgresCluster:
                 shutil.rmtree(self.datadir)
             await self._run("cp", "-a", str(self.snapshot_root / name / "data"),
                             str(self.datadir), as_service=False)  # fmt: skip
-        for kept in self._kept_dirs():
-            shutil.rmtree(self.root / kept, ignore_errors=True)
-            await self._run("cp", "-a", str(self.snapshot_root / name / kept),
-                            str(self.root / kept), as_service=False)  # fmt: skip
+        if self.wal_dir is not None:
+            shutil.rmtree(self.wal_dir, ignore_errors=True)
+            await self._run("cp", "-a", str(self.snapshot_root / name / "wal"),
+                            str(self.wal_dir), as_service=False)  # fmt: skip
         _rebase(self.datadir, origin, self.root)
         self.file_size_limit_bytes = None  # a run's faults end with it
         standby_copy = self.snapshot_root / name / "standby"
         if self.standby is not None and not standby_copy.exists():
             await self.drop_standby()  # a snapshot without a standby: none in this run
+        if standby_copy.exists() and self.standby is None:
+            # Known before the primary starts (a primary in a container listens for it on
+            # the replication network), also in a cluster that restores a snapshot another
+            # worker built.
+            self.standby = self._standby_at(self.root / "standby")
         await self.start()
         if standby_copy.exists():
-            if self.standby is None:
-                self.standby = self._standby_at(self.root / "standby")
+            assert self.standby is not None
             standby = self.standby
             if standby.datadir.exists():
                 shutil.rmtree(standby.datadir)
@@ -692,18 +695,20 @@ def _rebase(datadir: Path, origin: Path, root: Path) -> None:
                 stat = path.stat()
                 path.write_text(text.replace(old, new))
                 os.chown(path, stat.st_uid, stat.st_gid)
-    wal = datadir / "pg_wal"
-    if wal.is_symlink() and os.readlink(wal).startswith(old + os.sep):
-        stat = wal.lstat()
-        target = os.readlink(wal)
-        wal.unlink()
-        wal.symlink_to(new + target[len(old) :])
-        os.lchown(wal, stat.st_uid, stat.st_gid)
+    _relink(datadir / "pg_wal", old, new)  # WAL kept apart from the data directory
     links = datadir / "pg_tblspc"
     for link in links.iterdir() if links.exists() else []:
-        target = os.readlink(link)
-        if link.is_symlink() and target.startswith(old + os.sep):
-            stat = link.lstat()
-            link.unlink()
-            link.symlink_to(new + target[len(old) :])
-            os.lchown(link, stat.st_uid, stat.st_gid)
+        _relink(link, old, new)
+
+
+def _relink(link: Path, old: str, new: str) -> None:
+    """Point symlink ``link`` from under ``old`` to the same place under ``new`` (its owner
+    kept); anything else is left alone."""
+    if not link.is_symlink():
+        return
+    target = os.readlink(link)
+    if target.startswith(old + os.sep):
+        stat = link.lstat()
+        link.unlink()
+        link.symlink_to(new + target[len(old) :])
+        os.lchown(link, stat.st_uid, stat.st_gid)

@@ -21,12 +21,14 @@ of its own (``resources.disk_mb``) that fills for real.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import pwd
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import aiodocker
 import anyio
@@ -115,11 +117,11 @@ class ContainerCluster(PostgresCluster):
         #: A standby's primary (None: this is a primary). A standby runs on the replication
         #: network its primary made, so a partition between them is real.
         self.primary = primary
-        self.role = "standby" if primary is not None else "primary"
         self.container_name = f"dbaops-{root.parent.name if primary else root.name}"
         if primary is not None:
             self.container_name += "-standby"
         self.partitioned: PartitionMode | None = None
+        self._making_standby = False
         super().__init__(root, binaries, os_user, snapshot_root)
         if primary is not None:
             self.host = primary.replication_net().standby_ip
@@ -135,9 +137,15 @@ class ContainerCluster(PostgresCluster):
             primary=self,
         )
 
+    backend: ClassVar[str] = "docker"
+
     @property
     def machine(self) -> ContainerCluster:
         return self
+
+    @property
+    def role(self) -> str:
+        return "standby" if self.primary is not None else "primary"
 
     @property
     def cpus(self) -> float | None:
@@ -232,11 +240,9 @@ class ContainerCluster(PostgresCluster):
             return self.root / "log" / "postgresql.log"
         return super().log_path
 
-    def _initdb_options(self) -> list[str]:
-        return ["--waldir", str(self.root / "wal")] if self._data_on_volume() else []
-
-    def _kept_dirs(self) -> list[str]:
-        return ["wal"] if self._data_on_volume() else []
+    @property
+    def wal_dir(self) -> Path | None:
+        return self.root / "wal" if self._data_on_volume() else None
 
     async def _initdb(self, settings: dict[str, str]) -> None:
         if self._data_on_volume():
@@ -246,7 +252,7 @@ class ContainerCluster(PostgresCluster):
             else:
                 size = self.resources.disk_mb
                 await self._on_volumes(lambda: self.volumes.create(DATA_VOLUME, size))
-            shutil.rmtree(self.root / "wal", ignore_errors=True)
+            shutil.rmtree(self.root / "wal", ignore_errors=True)  # initdb --waldir makes it
             (self.root / "log").mkdir(exist_ok=True)
             if self.os_user:
                 chown_tree(self.root / "log", self.os_user)
@@ -261,14 +267,14 @@ class ContainerCluster(PostgresCluster):
                 f"host replication all {REPLICATION_RANGE} trust\n"
             )
 
-    def _has_standby(self) -> bool:
-        return self.standby is not None or (self.root / "standby" / "data").exists()
+    def _serves_standby(self) -> bool:
+        return self.standby is not None or self._making_standby
 
     def _server_options(self) -> str:
         options = super()._server_options()
         if self.primary is not None:  # its own network namespace: every address is its own
             return f"{options} -h 0.0.0.0"
-        if self._has_standby():  # the standby reaches the primary through the gateway
+        if self._serves_standby():  # the standby reaches the primary through the gateway
             return f"{options} -h 127.0.0.1,{self.replication_net().gateway}"
         return options
 
@@ -290,34 +296,28 @@ class ContainerCluster(PostgresCluster):
         reaches the standby), ``disconnect`` takes its network link away."""
         if self.primary is None:
             raise ClusterError("a partition cuts a standby off its primary: this is the primary")
-        await self._cut(mode)
+        await self._link(mode, cut=True)
         self.partitioned = mode
 
-    async def _cut(self, mode: PartitionMode) -> None:
-        """Cut the running container off the primary (a partition, or one that a new
-        container of this standby inherits)."""
+    async def heal(self) -> None:
+        if self.partitioned is not None and await self._running():
+            await self._link(self.partitioned, cut=False)
+        self.partitioned = None  # (a container made later starts whole)
+
+    async def _link(self, mode: PartitionMode, *, cut: bool) -> None:
+        """Cut (or restore) the running container's link to its primary: a partition, or one
+        that a new container of this standby inherits."""
         assert self.primary is not None
         net = self.primary.replication_net()
-        if mode == "disconnect":
-            network = await self.docker.networks.get(net.name)
+        if mode == "drop":
+            await self._iptables("-A" if cut else "-D", net.gateway, self.primary.port)
+            return
+        network = await self.docker.networks.get(net.name)
+        if cut:
             await network.disconnect({"Container": self.container_name, "Force": True})
         else:
-            await self._iptables("-A", net.gateway, self.primary.port)
-
-    async def heal(self) -> None:
-        if self.primary is None or self.partitioned is None:
-            return
-        net = self.primary.replication_net()
-        if not await self._running():  # the next container starts whole
-            self.partitioned = None
-            return
-        if self.partitioned == "disconnect":
-            network = await self.docker.networks.get(net.name)
             await network.connect({"Container": self.container_name,
                                    "EndpointConfig": net.endpoint()})  # fmt: skip
-        else:
-            await self._iptables("-D", net.gateway, self.primary.port)
-        self.partitioned = None
 
     async def _iptables(self, action: str, peer: str, port: int) -> None:
         """Add (-A) or delete (-D) the rules that drop traffic between this container and
@@ -443,12 +443,12 @@ class ContainerCluster(PostgresCluster):
     async def _run(self, *args: str, check: bool = True, as_service: bool = True) -> str:
         if not as_service:  # harness-side file work (snapshot copies) on the host
             return await super()._run(*args, check=check, as_service=False)
-        state = await self._state()
-        if state is None or state.get("Status") != "running":
+        container = await self._container()
+        running = container is not None and (await container.show())["State"]["Status"] == "running"
+        if container is None or not running:
             if check:
                 raise ClusterError(f"{args[0]}: the server's container is not running")
             return "the server's container is not running"
-        container = await self._require()
         uid, gid = self._ids()
         execution = await container.exec(
             list(args),
@@ -484,14 +484,14 @@ class ContainerCluster(PostgresCluster):
         if self.primary is not None:
             await self.primary.ensure_replication_net()
             self._aim_at_primary()
-        elif self._has_standby():
+        elif self._serves_standby():
             await self.ensure_replication_net()
         if await self.ensure_container():
             # A new machine: a postmaster.pid left by a crash names no live server, and with
             # the host's pid namespace its pid may be another process's by now.
             (self.datadir / "postmaster.pid").unlink(missing_ok=True)
             if self.partitioned is not None:  # the partition is the network's: it stays
-                await self._cut(self.partitioned)
+                await self._link(self.partitioned, cut=True)
         await super().start()
 
     async def stop(self, mode: str = "fast") -> None:
@@ -514,10 +514,12 @@ class ContainerCluster(PostgresCluster):
         if self._data_on_volume():
             raise ClusterError("a standby of a server whose data has its own volume (disk_mb) "
                                "is not supported")  # fmt: skip
-        if not self._has_standby():  # listen on the replication network from now on
-            (self.root / "standby" / "data").mkdir(parents=True, exist_ok=True)
+        self._making_standby = True  # listen on the replication network before it streams
+        try:
             await self.restart()
-        return await super().create_standby(application_name, settings, slot)
+            return await super().create_standby(application_name, settings, slot)
+        finally:
+            self._making_standby = False
 
     async def drop_standby(self) -> None:
         standby = self.standby
@@ -542,9 +544,8 @@ class ContainerCluster(PostgresCluster):
         return {
             "backend": "docker",
             "image": self.image.tag,
-            "image_built_from": "debian packages"
-            if self.image.tag.startswith("dbaops/")
-            else "named image",
+            "image_built_from": "a registry" if self.image.from_registry else "debian packages",
+            "image_version": self.image.version,
             "container": self.container_name,
             "resources": self.resources.model_dump(),
         }
@@ -562,13 +563,13 @@ class ReplicationNet(BaseModel):
 
     @classmethod
     def of(cls, root: Path) -> ReplicationNet:
-        n = int(hashlib.sha256(str(root).encode()).hexdigest(), 16) % 250 + 2
-        prefix = f"{REPLICATION_RANGE.split('.')[0]}.{REPLICATION_RANGE.split('.')[1]}.{n}"
+        subnets = list(ipaddress.IPv4Network(REPLICATION_RANGE).subnets(new_prefix=24))
+        subnet = subnets[int(hashlib.sha256(str(root).encode()).hexdigest(), 16) % len(subnets)]
         return cls(
             name=f"dbaops-{root.name}",
-            subnet=f"{prefix}.0/24",
-            gateway=f"{prefix}.1",
-            standby_ip=f"{prefix}.2",
+            subnet=str(subnet),
+            gateway=str(subnet[1]),
+            standby_ip=str(subnet[2]),
         )
 
     def create_config(self, label: str) -> dict[str, Any]:
@@ -605,36 +606,34 @@ def _oom_kills(container_id: str) -> int | None:
     return None
 
 
-async def remove_containers_of(roots: list[Path]) -> list[str]:
-    """Remove the containers and networks of the cluster directories ``roots`` (``dbaops
-    clean``); returns their names."""
-    wanted = {str(r) for r in roots}
-    wanted |= {f"{r}/standby" for r in wanted}
-    removed: list[str] = []
+async def labelled(
+    docker: aiodocker.Docker, match: Callable[[str], bool]
+) -> tuple[list[str], list[str]]:
+    """The names of dbaops' containers and of its networks whose cluster directory (their
+    label) ``match`` accepts."""
+    containers = [
+        str(c["Names"][0]).lstrip("/")
+        for c in await docker.containers.list(all=True)
+        if match(str(c["Labels"].get(CONTAINER_LABEL, "")))
+    ]
+    networks = [
+        str(n["Name"])
+        for n in await docker.networks.list()
+        if match(str((n.get("Labels") or {}).get(CONTAINER_LABEL, "")))
+    ]
+    return containers, networks
+
+
+async def remove_labelled(match: Callable[[str], bool]) -> list[str]:
+    """Remove dbaops' containers, then its networks, whose cluster directory ``match``
+    accepts (``dbaops clean``, a test session's end); returns their names."""
     async with docker_client() as docker:
-        for c in await docker.containers.list(all=True):
-            if c["Labels"].get(CONTAINER_LABEL) in wanted:
-                await (await docker.containers.get(c["Id"])).delete(force=True)
-                removed.append(str(c["Names"][0]).lstrip("/"))
-        for n in await docker.networks.list():
-            if (n.get("Labels") or {}).get(CONTAINER_LABEL) in wanted:
-                await (await docker.networks.get(n["Id"])).delete()
-                removed.append(str(n["Name"]))
-    return removed
-
-
-async def server_version_of(docker: aiodocker.Docker, image: PostgresImage) -> str:
-    """The version the image's ``postgres --version`` reports (e.g. ``15.14``)."""
-    container = await docker.containers.run(
-        {"Image": image.tag, "Entrypoint": [], "Cmd": [f"{image.bindir}/postgres", "--version"]}
-    )
-    try:
-        await container.wait()
-        out = "".join(await container.log(stdout=True, stderr=True))
-    finally:
-        await container.delete(force=True)
-    words = out.split()
-    return words[-1] if words else "unknown"
+        containers, networks = await labelled(docker, match)
+        for name in containers:
+            await (await docker.containers.get(name)).delete(force=True)
+        for name in networks:
+            await (await docker.networks.get(name)).delete()
+    return [*containers, *networks]
 
 
 async def open_container_cluster(
@@ -655,9 +654,8 @@ async def open_container_cluster(
     try:
         say = progress or (lambda line: log.debug("image", line=line))
         img = await ensure_postgres_image(docker, major, base / "images", say, image)
-        version = await server_version_of(docker, img)
         bins = PgBinaries(
-            bindir=Path(img.bindir), version=version, major=major, source=f"docker:{img.tag}"
+            bindir=Path(img.bindir), version=img.version, major=major, source=f"docker:{img.tag}"
         )
         os_user = ensure_service_user() if running_as_root() else None
         root, snapshots = cluster_paths(name, base, f"pg{major}-docker", snapshot_group, os_user)

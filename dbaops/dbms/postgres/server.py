@@ -69,9 +69,7 @@ class PostgresBackend:
 
     @property
     def kind(self) -> str:
-        if self.cluster is None:
-            return "external"
-        return str(self.cluster.describe()["backend"])  # embedded | docker
+        return self.cluster.backend if self.cluster is not None else "external"
 
     def for_database(self, database: str) -> Endpoint:
         return self.admin.model_copy(update={"database": database})
@@ -146,13 +144,18 @@ async def embedded_backend(
         binaries=find_binaries(bindir) if bindir else None,
         snapshot_group=snapshot_group,
     )
+    await _start_owned(cluster)
+    return PostgresBackend(None, cluster)
+
+
+async def _start_owned(cluster: PostgresCluster) -> None:
+    """Take the cluster for this run and start it (released again if it cannot start)."""
     cluster.acquire()
     try:
         await cluster.start()
     except BaseException:
         cluster.release()
         raise
-    return PostgresBackend(None, cluster)
 
 
 #: The PostgreSQL major of the docker backend's image (15: bookworm's, 17: trixie's).
@@ -187,12 +190,7 @@ async def container_backend(
         progress=progress,
     )
     try:
-        cluster.acquire()
-        try:
-            await cluster.start()
-        except BaseException:
-            cluster.release()
-            raise
+        await _start_owned(cluster)
     except BaseException:
         with anyio.CancelScope(shield=True):
             await cluster.dispose()

@@ -137,3 +137,14 @@ class LoopVolumes:
         for image in images:
             _run("cp", "--sparse=always", str(image), str(self.directory))
         self.mount_all()
+
+
+def unmount_under(path: Path, *, lazy: bool = False) -> None:
+    """Unmount every filesystem mounted below ``path``, deepest first (``lazy``: even a busy
+    one); what a killed run left mounted."""
+    with open("/proc/self/mounts") as fh:
+        points = [line.split()[1] for line in fh if len(line.split()) > 1]
+    for point in sorted(points, reverse=True):
+        if point.startswith(f"{path}/"):
+            args = ["umount", "-l", point] if lazy else ["umount", point]
+            subprocess.run(args, check=False, capture_output=True)
