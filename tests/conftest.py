@@ -18,6 +18,7 @@ os.chmod(_HOME, 0o755)
 os.environ["DBAOPS_HOME"] = str(_HOME)
 
 from dbaops.dbms.postgres.cluster import PostgresCluster  # noqa: E402
+from dbaops.dbms.tidb.binary import TidbBinary  # noqa: E402
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 
@@ -50,6 +51,7 @@ def _stop_all_clusters() -> None:
     for pidfile in [
         *_HOME.glob("clusters/*/data/postmaster.pid"),
         *_HOME.glob("clusters/*/standby/data/postmaster.pid"),  # replica profile standbys
+        *_HOME.glob("clusters/*/tidb.pid"),  # embedded tidb-servers
     ]:
         try:
             pid = int(pidfile.read_text().splitlines()[0])
@@ -80,6 +82,20 @@ def docker_daemon() -> None:
         if os.environ.get("DBAOPS_REQUIRE_DOCKER") == "1":
             pytest.fail(f"DBAOPS_REQUIRE_DOCKER=1 but {problem}")
         pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def tidb_binary() -> TidbBinary:
+    """A ``tidb-server`` dbaops finds (its TiDB tests): skipped, with the ways to get one,
+    where none is found, or failed under ``DBAOPS_REQUIRE_TIDB=1`` (CI, which builds one)."""
+    from dbaops.dbms.tidb.binary import TidbServerNotFound, find_tidb_server
+
+    try:
+        return find_tidb_server()
+    except TidbServerNotFound as exc:
+        if os.environ.get("DBAOPS_REQUIRE_TIDB") == "1":
+            pytest.fail(f"DBAOPS_REQUIRE_TIDB=1 but {exc}")
+        pytest.skip(str(exc))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

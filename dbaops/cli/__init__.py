@@ -750,7 +750,8 @@ def clean(
         list[str] | None, typer.Argument(help="scenario ids (default: every cluster)")
     ] = None,
 ) -> None:
-    """Stop and delete embedded clusters and their dirty snapshots (rebuilt on the next run)."""
+    """Stop and delete embedded clusters and TiDB servers and their dirty snapshots (rebuilt on
+    the next run)."""
     import shutil
 
     from dbaops.dbms.postgres.cluster import cluster_dir_name, dbaops_home
@@ -765,8 +766,8 @@ def clean(
         names = [n for s in scenarios for n in (s, *(f"{s}-w{i}" for i in range(1, 17)))]
         wanted = {cluster_dir_name(n, home) for n in names}
 
-        def of_scenario(name: str) -> bool:
-            return name.rsplit("-pg", 1)[0] in wanted
+        def of_scenario(name: str) -> bool:  # db-<hash>-<flavor>: pg15, tidb-9.0.0-...
+            return "-".join(name.split("-")[:2]) in wanted
 
         targets = [p for p in targets if of_scenario(p.name)]
         snapshots = [p for p in snapshots if of_scenario(p.name)]
@@ -774,15 +775,17 @@ def clean(
 
     for path in targets:
         unmount_under(path)  # a volume's loop mount, left by a killed run
-        pidfile = path / "data" / "postmaster.pid"
-        if pidfile.exists():
-            import os
-            import signal
+        import os
+        import signal
 
-            try:
-                os.kill(int(pidfile.read_text().splitlines()[0]), signal.SIGINT)  # fast shutdown
-            except (OSError, ValueError, IndexError):
-                pass
+        # a PostgreSQL postmaster (SIGINT: fast shutdown) or a tidb-server (SIGTERM)
+        for pidfile, sig in ((path / "data" / "postmaster.pid", signal.SIGINT),
+                             (path / "tidb.pid", signal.SIGTERM)):  # fmt: skip
+            if pidfile.exists():
+                try:
+                    os.kill(int(pidfile.read_text().splitlines()[0]), sig)
+                except (OSError, ValueError, IndexError):
+                    pass
         shutil.rmtree(path, ignore_errors=True)
         console.print(f"removed {path}")
     if targets:
@@ -863,6 +866,15 @@ def check(paths: Annotated[list[Path], typer.Argument(help="scenario files to va
             bad += 1
             console.print(Text.assemble(("BAD", "red"), f" {exc}"))
     raise typer.Exit(1 if bad else 0)
+
+
+def _add_subcommands() -> None:
+    from dbaops.cli.tidb import tidb_app
+
+    app.add_typer(tidb_app, name="tidb")
+
+
+_add_subcommands()
 
 
 def main() -> None:

@@ -48,6 +48,7 @@ from typing import Any, ClassVar, Literal
 import anyio.to_thread
 from pydantic import BaseModel, Field
 
+from dbaops.cache import cache_dir
 from dbaops.record.kinds import KnowledgeCorpus
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 from dbaops.tools.knowledge_bm25 import Bm25Index
@@ -74,7 +75,6 @@ __all__ = [
 SCHEMA_VERSION = 1
 DOC_GLOB = "/usr/share/doc/postgresql-doc-*/html"
 DOC_DIR_ENV = "DBAOPS_PG_DOC_DIR"
-CACHE_ENV = "DBAOPS_CACHE"
 TOOL_NAME = "query_knowledge_base"
 SNIPPET_CHARS = 1200
 MAX_QUERY_TERMS = 32
@@ -241,11 +241,7 @@ def doc_fingerprint(doc_dir: Path) -> str:
 
 def default_cache_dir() -> Path:
     """``$DBAOPS_CACHE/kb``, else ``$XDG_CACHE_HOME/dbaops/kb``, else ``~/.cache/dbaops/kb``."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser() / "kb"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "dbaops" / "kb"
+    return cache_dir("kb")
 
 
 def index_path(doc_dir: Path, cache_dir: Path, version: str) -> Path:

@@ -6,7 +6,6 @@ free loopback port, and works when dbaops runs as root (the server runs as a ser
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import hmac
 import os
@@ -17,8 +16,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
@@ -36,6 +34,7 @@ from dbaops.dbms.postgres.osuser import (
     running_as_root,
 )
 from dbaops.dbms.postgres.volumes import LoopVolumes, VolumeError
+from dbaops.dbms.serverdir import ServerDirectory
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -137,11 +136,12 @@ def cluster_paths(
     return root, base / "snapshots" / group
 
 
-class PostgresCluster:
+class PostgresCluster(ServerDirectory):
     """One embedded cluster directory with its server process."""
 
     #: Where the server runs (the run header's ``backend.kind``).
     backend: ClassVar[str] = "embedded"
+    busy_error: ClassVar[type[Exception]] = ClusterError
 
     def __init__(
         self,
@@ -533,55 +533,7 @@ class PostgresCluster:
             ssl=False,
         )
 
-    # -- exclusive use ----------------------------------------------------------------------
-    def acquire(self) -> None:
-        """Take the cluster for one run; a second concurrent run gets a clear error."""
-        fd = os.open(self.root / ".run.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise ClusterError(
-                f"cluster {self.root} is in use by another dbaops run (one run per scenario "
-                "cluster at a time; set DBAOPS_HOME to run copies side by side)"
-            ) from None
-        self._lock_fd = fd
-
-    def release(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # closing the descriptor drops the flock
-            self._lock_fd = None
-
     # -- snapshots ------------------------------------------------------------------------
-    def _seal_snapshots(self) -> None:
-        """Snapshots belong to the harness: as root, the server's OS user cannot read them."""
-        self.snapshot_root.mkdir(parents=True, exist_ok=True)
-        if self.os_user:
-            os.chown(self.snapshot_root, 0, 0)
-            os.chmod(self.snapshot_root, 0o700)
-
-    @asynccontextmanager
-    async def snapshot_lock(self, *, exclusive: bool) -> AsyncIterator[None]:
-        """Hold the snapshot group's lock: shared while restoring (several workers restore at
-        once), exclusive while checking, building and capturing (one builds, the others wait
-        and then restore what it captured)."""
-        self._seal_snapshots()
-        fd = os.open(self.snapshot_root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
-            while True:
-                try:
-                    fcntl.flock(fd, mode)
-                    break
-                except BlockingIOError:
-                    await anyio.sleep(0.2)  # another worker holds it (cancellable wait)
-            yield
-        finally:
-            os.close(fd)  # closing the descriptor drops the flock
-
-    def has_snapshot(self, name: str) -> bool:
-        return (self.snapshot_root / name / ".complete").exists()
-
     async def capture_snapshot(self, name: str) -> float:
         """Stop the server (and its standby), copy the data directories to snapshot ``name``,
         start again. The primary stops first, so its shutdown checkpoint reaches the standby."""
@@ -667,9 +619,6 @@ class PostgresCluster:
         for segment in self.archive_dir.glob("*"):
             if segment.is_file():
                 segment.unlink()
-
-    def drop_snapshot(self, name: str) -> None:
-        shutil.rmtree(self.snapshot_root / name, ignore_errors=True)
 
 
 def _parent_pid(stat: Path) -> int | None:

@@ -1,0 +1,82 @@
+"""Connecting to a TiDB server over the MySQL protocol (aiomysql)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiomysql
+import pymysql
+from pydantic import BaseModel, Field
+
+#: Errors that mean the connection (not the statement) failed.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    pymysql.err.OperationalError,
+    pymysql.err.InterfaceError,
+)
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as a MySQL identifier (backquoted)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def quote_literal(value: str) -> str:
+    """``value`` as a MySQL string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+class TidbEndpoint(BaseModel):
+    """Where a TiDB server listens, and as whom the harness connects."""
+
+    host: str = "127.0.0.1"
+    port: int
+    database: str | None = None
+    user: str = "root"
+    password: str | None = None
+    status_port: int | None = Field(default=None, description="HTTP status port (metrics)")
+
+    def for_database(self, database: str) -> TidbEndpoint:
+        return self.model_copy(update={"database": database})
+
+    async def connect(
+        self,
+        user: str | None = None,
+        password: str | None = None,
+        *,
+        database: str | None = None,
+        connect_timeout_s: float = 10.0,
+    ) -> Any:
+        """An autocommit aiomysql connection (as ``user``, default the harness's)."""
+        return await aiomysql.connect(
+            host=self.host,
+            port=self.port,
+            user=user or self.user,
+            password=(password if user else self.password) or "",
+            db=database or self.database,
+            autocommit=True,
+            connect_timeout=connect_timeout_s,
+            charset="utf8mb4",
+        )
+
+
+async def fetch_all(conn: Any, sql: str, args: Any = None) -> list[dict[str, Any]]:
+    """Run ``sql`` on an aiomysql connection; its rows as dicts."""
+    async with conn.cursor(aiomysql.DictCursor) as cur:
+        await cur.execute(sql, args)
+        return list(await cur.fetchall())
+
+
+async def fetch_value(conn: Any, sql: str, args: Any = None) -> Any:
+    """The first column of the first row of ``sql`` (None when no row)."""
+    async with conn.cursor() as cur:
+        await cur.execute(sql, args)
+        row = await cur.fetchone()
+        return None if row is None else row[0]
+
+
+async def execute(conn: Any, sql: str, args: Any = None) -> int:
+    """Run a statement; the number of affected rows."""
+    async with conn.cursor() as cur:
+        return int(await cur.execute(sql, args))

@@ -1,0 +1,213 @@
+"""The TiDB server dbaops runs: the build recipe, finding an executable, and the embedded
+``tidb-server`` (real, on loopback) with its lifecycle and snapshots."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dbaops.cli import app
+from dbaops.dbms.tidb import build
+from dbaops.dbms.tidb.binary import (
+    TIDB_SERVER_ENV,
+    TidbBinary,
+    TidbServerNotFound,
+    find_tidb_server,
+    tiup_servers,
+)
+from dbaops.dbms.tidb.endpoint import execute, fetch_all, fetch_value
+from dbaops.dbms.tidb.server import TidbServer, binary_version, process_gone
+
+pytestmark = pytest.mark.anyio
+
+
+# -- the build recipe (no toolchain needed) -------------------------------------------------
+def test_recipe_pins_tidb_and_its_replaces() -> None:
+    gomod = (Path(build.__file__).parent / "recipe" / "go.mod").read_text()
+    assert f"github.com/pingcap/tidb {build.TIDB_MODULE_VERSION}" in gomod
+    for replaced in ("github.com/go-ldap/ldap/v3 =>", "sourcegraph.com/sourcegraph/appdash =>"):
+        assert replaced in gomod
+    assert build.TIDB_COMMIT.startswith(build.TIDB_MODULE_VERSION.rsplit("-", 1)[1])
+    gosum = (Path(build.__file__).parent / "recipe" / "go.sum").read_text()
+    assert f"github.com/pingcap/tidb {build.TIDB_MODULE_VERSION} h1:" in gosum
+
+
+def test_ldflags_stamp_the_truth() -> None:
+    flags = build.ldflags("2026-01-02T03:04:05Z")
+    assert f"mysql.TiDBReleaseVersion={build.TIDB_RELEASE_VERSION}" in flags
+    assert f"versioninfo.TiDBGitHash={build.TIDB_COMMIT}" in flags
+    assert "TiDBBuildTS=2026-01-02T03:04:05Z" in flags
+    assert " " not in build.ldflags("x").split("TiDBBuildTS=")[1]  # one -X word each
+    assert build.recipe_hash() == build.recipe_hash()
+    assert build.build_dir().name.endswith(build.recipe_hash())
+
+
+def test_go_versions() -> None:
+    assert build.parse_go_version("go version go1.26.8 linux/amd64") == (1, 26, 8)
+    assert build.parse_go_version("go version go1.24 linux/arm64") == (1, 24, 0)
+    assert build.parse_go_version("go version go1.23.6 x") >= build.MIN_GO
+    with pytest.raises(build.TidbBuildError):
+        build.parse_go_version("no go here")
+
+
+# -- finding an executable ------------------------------------------------------------------
+def _executable(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture
+def nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An environment where no tidb-server can be found."""
+    monkeypatch.delenv(TIDB_SERVER_ENV, raising=False)
+    monkeypatch.setenv("DBAOPS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setenv("TIUP_HOME", str(tmp_path / "tiup"))
+    return tmp_path
+
+
+def test_not_found_names_every_way(nowhere: Path) -> None:
+    with pytest.raises(TidbServerNotFound) as err:
+        find_tidb_server()
+    text = str(err.value)
+    for way in ("dbaops tidb build", "on PATH", TIDB_SERVER_ENV, "tiup install tidb:"):
+        assert way in text
+    result = CliRunner().invoke(app, ["tidb", "where"])
+    assert result.exit_code == 2
+    assert "dbaops tidb build" in result.output
+
+
+def test_found_in_order(nowhere: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    old = _executable(nowhere / "tiup" / "components" / "tidb" / "v7.5.1" / "tidb-server")
+    new = _executable(nowhere / "tiup" / "components" / "tidb" / "v8.5.0" / "tidb-server")
+    assert tiup_servers() == [new, old]
+    assert find_tidb_server() == TidbBinary(new, "tiup")
+    on_path = _executable(nowhere / "bin" / "tidb-server")
+    assert find_tidb_server() == TidbBinary(on_path, "PATH")
+    named = _executable(nowhere / "mine" / "tidb-server")
+    monkeypatch.setenv(TIDB_SERVER_ENV, str(named))
+    assert find_tidb_server() == TidbBinary(named, f"${TIDB_SERVER_ENV}")
+    monkeypatch.setenv(TIDB_SERVER_ENV, str(nowhere / "missing"))
+    with pytest.raises(TidbServerNotFound, match=TIDB_SERVER_ENV):
+        find_tidb_server()
+
+
+# -- the embedded server --------------------------------------------------------------------
+@pytest.fixture
+async def tidb(tidb_binary: TidbBinary) -> AsyncIterator[TidbServer]:
+    server = await TidbServer.open("pytest-tidb", tidb_binary)
+    server.acquire()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.dispose()
+
+
+def test_binary_reports_its_release(tidb_binary: TidbBinary) -> None:
+    version = binary_version(tidb_binary.path)
+    assert "placeholder" not in version
+    if tidb_binary.source == "dbaops build":
+        assert version == build.TIDB_RELEASE_VERSION
+
+
+async def test_server_answers_on_loopback_as_a_service_user(tidb: TidbServer) -> None:
+    version = await tidb.server_version()
+    assert version.startswith("8.0.11-TiDB-")
+    assert tidb.version in version
+    conn = await tidb.connect()
+    try:
+        info = await fetch_value(conn, "SELECT tidb_version()")
+        assert "Store: unistore" in info
+        rows = await fetch_all(
+            conn, "SELECT IP, PORT, STATUS_PORT FROM information_schema.TIDB_SERVERS_INFO"
+        )
+        assert rows == [{"IP": "127.0.0.1", "PORT": tidb.port, "STATUS_PORT": tidb.status_port}]
+        assert await fetch_value(conn, "SELECT @@socket") == ""
+    finally:
+        conn.close()
+    assert tidb.pid is not None
+    owner = os.stat(f"/proc/{tidb.pid}").st_uid
+    if os.geteuid() == 0:
+        assert pwd.getpwuid(owner).pw_name == tidb.os_user != "root"
+    assert "Welcome to TiDB" in tidb.log_path.read_text()
+
+
+async def test_snapshot_round_trip(tidb: TidbServer) -> None:
+    conn = await tidb.connect()
+    try:
+        await execute(conn, "CREATE DATABASE shop")
+        await execute(conn, "CREATE TABLE shop.t (id INT PRIMARY KEY, v INT)")
+        await execute(conn, "INSERT INTO shop.t VALUES (1, 10), (2, 20)")
+    finally:
+        conn.close()
+    async with tidb.snapshot_lock(exclusive=True):
+        await tidb.capture_snapshot("dirty")
+    assert tidb.has_snapshot("dirty")
+    if tidb.os_user:
+        assert stat.S_IMODE(tidb.snapshot_root.stat().st_mode) == 0o700
+    conn = await tidb.connect()
+    try:
+        await execute(conn, "DELETE FROM shop.t WHERE id = 1")
+        await execute(conn, "CREATE TABLE shop.later (id INT)")
+    finally:
+        conn.close()
+    async with tidb.snapshot_lock(exclusive=False):
+        await tidb.restore_snapshot("dirty")
+    conn = await tidb.connect()
+    try:
+        assert await fetch_all(conn, "SELECT id, v FROM shop.t ORDER BY id") == [
+            {"id": 1, "v": 10},
+            {"id": 2, "v": 20},
+        ]
+        tables = await fetch_all(conn, "SHOW TABLES IN shop")
+        assert [next(iter(row.values())) for row in tables] == ["t"]
+    finally:
+        conn.close()
+    tidb.drop_snapshot("dirty")
+    assert not tidb.has_snapshot("dirty")
+
+
+async def test_crash_then_start_recovers(tidb: TidbServer) -> None:
+    conn = await tidb.connect()
+    try:
+        await execute(conn, "CREATE DATABASE IF NOT EXISTS crash")
+        await execute(conn, "CREATE TABLE crash.t (id INT PRIMARY KEY)")
+        await execute(conn, "INSERT INTO crash.t VALUES (7)")
+    finally:
+        conn.close()
+    tidb.kill()
+    assert not tidb.is_running()
+    await tidb.start()
+    conn = await tidb.connect()
+    try:
+        assert await fetch_value(conn, "SELECT id FROM crash.t") == 7
+    finally:
+        conn.close()
+
+
+async def test_one_run_at_a_time_and_leftovers_are_stopped(tidb: TidbServer) -> None:
+    from dbaops.dbms.tidb.server import TidbError
+
+    second = await TidbServer.open("pytest-tidb-other", tidb.binary)
+    second.acquire()
+    await second.start()
+    pid = second.pid
+    assert pid is not None
+    second.release()
+    # a crashed harness left the server running: the next open of the same name stops it
+    third = await TidbServer.open("pytest-tidb-other", tidb.binary)
+    assert process_gone(pid)
+    third.acquire()
+    with pytest.raises(TidbError, match="in use by another dbaops run"):
+        other = await TidbServer.open("pytest-tidb-other", tidb.binary)
+        other.acquire()
+    await third.dispose()
