@@ -41,6 +41,7 @@ from dbaops.dbms.postgres.osuser import (
     running_as_root,
 )
 from dbaops.dbms.serverdir import ServerDirectory
+from dbaops.dbms.tidb.agent_role import sem_config_lines
 from dbaops.dbms.tidb.binary import TidbBinary, find_tidb_server
 from dbaops.dbms.tidb.endpoint import CONNECTION_ERRORS, TidbEndpoint, fetch_value
 
@@ -181,6 +182,7 @@ class TidbServer(ServerDirectory):
             f"slow-query-file = {_toml_string(str(self.slow_log_path))}",
             "[log.file]",
             f"filename = {_toml_string(str(self.log_path))}",
+            *sem_config_lines(),
         ]
         self.config_path.write_text("\n".join(lines) + "\n")
 

@@ -1,0 +1,138 @@
+"""The agent's TiDB user: what a cloud DBA can do on the embedded server (Security Enhanced
+Mode on), and the channels to files, programs and the harness's evidence that it cannot use."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pymysql
+import pytest
+
+from dbaops.dbms.tidb.agent_role import forbidden_privileges, grant_tidb_dba, user_privileges
+from dbaops.dbms.tidb.binary import TidbBinary
+from dbaops.dbms.tidb.endpoint import execute, fetch_all, fetch_value
+from dbaops.dbms.tidb.server import TidbServer
+
+pytestmark = pytest.mark.anyio
+
+#: What the cloud-DBA user does in TiDB scenarios (each must succeed).
+ALLOWED = [
+    "SET GLOBAL tidb_gc_life_time = '30m'",
+    "SET GLOBAL tidb_mem_quota_query = 1073741824",
+    "SET SESSION tidb_mem_quota_query = 1073741824",
+    "SELECT count(*) FROM information_schema.processlist",
+    "SELECT count(*) FROM information_schema.tidb_trx",
+    "SELECT count(*) FROM information_schema.data_lock_waits",
+    "SELECT count(*) FROM information_schema.statements_summary",
+    "SELECT count(*) FROM information_schema.slow_query",
+    "CREATE RESOURCE GROUP rg_test RU_PER_SEC = 100",
+    "DROP RESOURCE GROUP rg_test",
+    "CREATE PLACEMENT POLICY p_test PRIMARY_REGION='r1' REGIONS='r1'",
+    "DROP PLACEMENT POLICY p_test",
+    "ALTER TABLE t CACHE",
+    "ALTER TABLE t NOCACHE",
+    "ANALYZE TABLE t",
+    "CREATE INDEX t_v2 ON t (v)",
+]
+
+#: Channels the agent must not have: (statement, what the refusal says).
+REFUSED = [
+    ("SET GLOBAL tidb_slow_log_threshold = 1", "RESTRICTED_VARIABLES_ADMIN"),
+    ("SET tidb_slow_query_file = '/etc/passwd'", "RESTRICTED_VARIABLES_ADMIN"),
+    ("SELECT @@global.tidb_general_log", "RESTRICTED_VARIABLES_ADMIN"),
+    ("SELECT * FROM information_schema.cluster_log WHERE time > '2020-01-01'", "denied"),
+    ("SELECT * FROM information_schema.cluster_config", "denied"),
+    ("SELECT * FROM t INTO OUTFILE '/tmp/dbaops-agent-out'", "security enhanced mode"),
+    ("LOAD DATA INFILE '/etc/passwd' INTO TABLE t", "tidb-server's disk"),
+    ("SELECT count(*) FROM mysql.user", "denied"),
+    ("SHOW CONFIG", "CONFIG"),
+    ("CREATE USER intruder", "CREATE User"),
+    ("GRANT SUPER ON *.* TO dba_agent", "super"),
+    # TiDB asks SUPER of bindings (session ones too) and ADMIN statements
+    (
+        "CREATE GLOBAL BINDING FOR SELECT * FROM t WHERE v = 1 "
+        "USING SELECT * FROM t IGNORE INDEX (v) WHERE v = 1",
+        "super",
+    ),  # fmt: skip
+    ("ADMIN SHOW DDL JOBS", "super"),
+    ("SHUTDOWN", "SHUTDOWN"),
+    ("BACKUP DATABASE shop TO 'local:///tmp/dbaops-agent-bk'", "BACKUP_ADMIN"),
+    ("SET GLOBAL tidb_enable_enhanced_security = OFF", ""),
+]
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def role_server(tidb_binary: TidbBinary) -> AsyncIterator[TidbServer]:
+    server = await TidbServer.open("pytest-tidb-role", tidb_binary)
+    server.acquire()
+    await server.start()
+    conn = await server.connect()
+    try:
+        await execute(conn, "CREATE DATABASE shop")
+        await execute(conn, "CREATE TABLE shop.t (id INT PRIMARY KEY, v INT, KEY v (v))")
+        await grant_tidb_dba(conn, "dba_agent", "agent-pw", databases=["shop"])
+    finally:
+        conn.close()
+    try:
+        yield server
+    finally:
+        await server.dispose()
+
+
+@pytest.fixture
+async def agent(role_server: TidbServer) -> AsyncIterator[Any]:
+    conn = await role_server.endpoint("shop").connect("dba_agent", "agent-pw")
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+async def test_the_user_holds_the_dba_privileges_and_no_forbidden_one(
+    role_server: TidbServer,
+) -> None:
+    conn = await role_server.connect()
+    try:
+        held = await user_privileges(conn, "dba_agent")
+        assert await forbidden_privileges(conn, "dba_agent") == []
+        assert await fetch_value(conn, "SELECT @@tidb_enable_enhanced_security") in (1, "ON")
+    finally:
+        conn.close()
+    assert {"PROCESS", "SYSTEM_VARIABLES_ADMIN", "CONNECTION_ADMIN", "RESOURCE_GROUP_ADMIN",
+            "PLACEMENT_ADMIN"} <= held  # fmt: skip
+    assert "SUPER" not in held and "FILE" not in held
+
+
+@pytest.mark.parametrize("statement", ALLOWED)
+async def test_a_dba_can(agent: Any, statement: str) -> None:
+    await fetch_all(agent, statement)
+
+
+@pytest.mark.parametrize(("statement", "refusal"), REFUSED)
+async def test_the_agent_cannot(agent: Any, statement: str, refusal: str) -> None:
+    with pytest.raises(pymysql.err.MySQLError) as err:
+        await fetch_all(agent, statement)
+    assert refusal.lower() in str(err.value).lower()
+
+
+async def test_no_file_is_read_through_the_database(agent: Any) -> None:
+    assert await fetch_value(agent, "SELECT LOAD_FILE('/etc/passwd')") is None
+
+
+async def test_a_scenario_may_add_only_named_privileges(role_server: TidbServer) -> None:
+    conn = await role_server.connect()
+    try:
+        with pytest.raises(ValueError, match="cannot be granted"):
+            await grant_tidb_dba(conn, "x", "y", databases=[], extra_privileges=["SUPER"])
+        await grant_tidb_dba(conn, "dba_backup", "pw", databases=["shop"],
+                             extra_privileges=["backup_admin"])  # fmt: skip
+        assert "BACKUP_ADMIN" in await user_privileges(conn, "dba_backup")
+        assert await forbidden_privileges(conn, "dba_backup") == []
+    finally:
+        conn.close()
