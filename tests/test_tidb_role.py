@@ -11,8 +11,9 @@ import pytest
 
 from dbaops.dbms.tidb.agent_role import forbidden_privileges, grant_tidb_dba, user_privileges
 from dbaops.dbms.tidb.binary import TidbBinary
-from dbaops.dbms.tidb.endpoint import execute, fetch_all, fetch_value
+from dbaops.dbms.tidb.endpoint import fetch_all, fetch_value
 from dbaops.dbms.tidb.server import TidbServer
+from dbaops.testing.tidb import AGENT_PASSWORD, AGENT_USER, tidb_with_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -69,25 +70,13 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def role_server(tidb_binary: TidbBinary) -> AsyncIterator[TidbServer]:
-    server = await TidbServer.open("pytest-tidb-role", tidb_binary)
-    server.acquire()
-    await server.start()
-    conn = await server.connect()
-    try:
-        await execute(conn, "CREATE DATABASE shop")
-        await execute(conn, "CREATE TABLE shop.t (id INT PRIMARY KEY, v INT, KEY v (v))")
-        await grant_tidb_dba(conn, "dba_agent", "agent-pw", databases=["shop"])
-    finally:
-        conn.close()
-    try:
+    async with tidb_with_agent("pytest-tidb-role", tidb_binary) as server:
         yield server
-    finally:
-        await server.dispose()
 
 
 @pytest.fixture
 async def agent(role_server: TidbServer) -> AsyncIterator[Any]:
-    conn = await role_server.endpoint("shop").connect("dba_agent", "agent-pw")
+    conn = await role_server.endpoint("shop").connect(AGENT_USER, AGENT_PASSWORD)
     try:
         yield conn
     finally:

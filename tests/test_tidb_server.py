@@ -128,12 +128,14 @@ async def test_server_answers_on_loopback_as_a_service_user(tidb: TidbServer) ->
         info = await fetch_value(conn, "SELECT tidb_version()")
         assert "Store: unistore" in info
         rows = await fetch_all(
-            conn, "SELECT IP, PORT, STATUS_PORT FROM information_schema.TIDB_SERVERS_INFO"
+            conn, "SELECT PORT, STATUS_PORT FROM information_schema.TIDB_SERVERS_INFO"
         )
-        assert rows == [{"IP": "127.0.0.1", "PORT": tidb.port, "STATUS_PORT": tidb.status_port}]
+        assert rows == [{"PORT": tidb.port, "STATUS_PORT": tidb.status_port}]
         assert await fetch_value(conn, "SELECT @@socket") == ""
     finally:
         conn.close()
+    listening = _listening()
+    assert listening[tidb.port] == listening[tidb.status_port] == {"127.0.0.1"}
     assert tidb.pid is not None
     owner = os.stat(f"/proc/{tidb.pid}").st_uid
     if os.geteuid() == 0:
@@ -211,3 +213,21 @@ async def test_one_run_at_a_time_and_leftovers_are_stopped(tidb: TidbServer) -> 
         other = await TidbServer.open("pytest-tidb-other", tidb.binary)
         other.acquire()
     await third.dispose()
+
+
+def _listening() -> dict[int, set[str]]:
+    """Listening TCP (IPv4 and IPv6) sockets by port: the addresses they are bound to."""
+    import ipaddress
+
+    found: dict[int, set[str]] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state != "0A":
+                continue
+            addr, port = local.split(":")
+            raw = bytes.fromhex(addr)
+            # the kernel prints each 32-bit word in host (little-endian) order
+            words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            found.setdefault(int(port, 16), set()).add(str(ipaddress.ip_address(words)))
+    return found

@@ -135,13 +135,10 @@ class SqlSession:
         self.conn = self._monitor_conn = None
 
     async def execute(self, args: dict[str, Any]) -> ToolResult:
-        sql = str(args.get("sql", "")).strip()
-        if not sql:
-            return ToolResult(
-                ok=False, error="sql is required", observation="error: sql is required"
-            )
-        timeout = float(args.get("timeout_s") or self.timeout_s)
-        timeout = max(0.1, min(timeout, self.timeout_s))
+        call = sql_call(args, self.timeout_s)
+        if isinstance(call, ToolResult):
+            return call
+        sql, timeout = call
         async with self.lock:
             return await self._execute(sql, timeout)
 
@@ -188,7 +185,7 @@ class SqlSession:
             except TimeoutError:
                 entry["error"] = f"cancelled after {limit_s:.0f}s (per-call limit)"
                 out.append(f"error: statement {i + 1} {entry['error']}")
-                return self._failed(out, detail, entry["error"])
+                return failed_call(out, detail, entry["error"])
             except asyncpg.PostgresError as exc:
                 entry["sqlstate"] = exc.sqlstate
                 entry["error"] = str(exc)
@@ -196,19 +193,13 @@ class SqlSession:
                 hint = getattr(exc, "hint", None)
                 if hint:
                     out.append(f"HINT: {hint}")
-                return self._failed(out, detail, str(exc), skipped=len(statements) - i - 1)
+                return failed_call(out, detail, str(exc), skipped=len(statements) - i - 1)
             except (asyncpg.InterfaceError, OSError) as exc:
                 self.conn = None
                 entry["error"] = f"connection lost: {exc}"
                 out.append(f"error: {entry['error']}")
-                return self._failed(out, detail, entry["error"])
+                return failed_call(out, detail, entry["error"])
         return ToolResult(ok=True, observation="\n".join(out), detail=detail)
-
-    @staticmethod
-    def _failed(out: list[str], detail: dict[str, Any], error: str, skipped: int = 0) -> ToolResult:
-        if skipped:
-            out.append(f"({skipped} later statement(s) not executed)")
-        return ToolResult(ok=False, observation="\n".join(out), error=error, detail=detail)
 
 
 async def _fetch(conn: asyncpg.Connection, stmt: str, limit_s: float) -> Sequence[Row]:
@@ -274,16 +265,28 @@ async def _fetch_as_text(conn: asyncpg.Connection, stmt: str, limit_s: float) ->
     return [TextRow(names, tuple(None if v == null else v for v in row)) for row in reader]
 
 
-def sql_tool(session: SqlSession) -> Tool:
-    spec = ToolSpec(
+def sql_call(args: dict[str, Any], limit_s: float) -> tuple[str, float] | ToolResult:
+    """An ``execute_sql`` call's SQL and time limit (at most ``limit_s``), or the error result
+    of a call without SQL."""
+    sql = str(args.get("sql", "")).strip()
+    if not sql:
+        return ToolResult(ok=False, error="sql is required", observation="error: sql is required")
+    timeout = float(args.get("timeout_s") or limit_s)
+    return sql, max(0.1, min(timeout, limit_s))
+
+
+def failed_call(out: list[str], detail: dict[str, Any], error: str, skipped: int = 0) -> ToolResult:
+    """A failed ``execute_sql`` call: what ran, the error, and how many statements did not."""
+    if skipped:
+        out.append(f"({skipped} later statement(s) not executed)")
+    return ToolResult(ok=False, observation="\n".join(out), error=error, detail=detail)
+
+
+def execute_sql_spec(description: str) -> ToolSpec:
+    """The ``execute_sql`` tool's spec, whatever the engine (its description says which)."""
+    return ToolSpec(
         name="execute_sql",
-        description=(
-            "Run SQL on the live PostgreSQL database in your own persistent session (settings "
-            "and open transactions carry over between calls). Use it for catalog, session and "
-            "lock inspection (pg_stat_activity, pg_locks, pg_stat_user_tables, ...), EXPLAIN, "
-            "and remediation. Several statements may be separated by semicolons. Results are "
-            f"capped at {session.max_rows} rows; each call is limited to {session.timeout_s:.0f} s."
-        ),
+        description=description,
         parameters={
             "type": "object",
             "properties": {
@@ -293,5 +296,15 @@ def sql_tool(session: SqlSession) -> Tool:
             "required": ["sql"],
         },
         read_only=False,
+    )
+
+
+def sql_tool(session: SqlSession) -> Tool:
+    spec = execute_sql_spec(
+        "Run SQL on the live PostgreSQL database in your own persistent session (settings "
+        "and open transactions carry over between calls). Use it for catalog, session and "
+        "lock inspection (pg_stat_activity, pg_locks, pg_stat_user_tables, ...), EXPLAIN, "
+        "and remediation. Several statements may be separated by semicolons. Results are "
+        f"capped at {session.max_rows} rows; each call is limited to {session.timeout_s:.0f} s."
     )
     return Tool(spec=spec, handler=session.execute)

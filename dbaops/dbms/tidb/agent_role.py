@@ -65,7 +65,6 @@ HARNESS_VARIABLES: tuple[str, ...] = (
     "tidb_stmt_summary_internal_query",
     "tidb_enable_collect_execution_info",
     "tidb_enable_top_sql",
-    "tidb_audit_enabled",
 )
 
 
