@@ -149,21 +149,29 @@ def instance_tool(
                 ok=False, error=msg, observation=f"error: {msg}", detail=dict(call_detail())
             )
 
-    spec = ToolSpec(
+    spec = manage_instance_spec(
+        "Instance control. action: status | reload | set_parameter (ALTER SYSTEM SET name = "
+        "value, then reload; reports when a restart is needed) | restart | stop | start.",
+        ACTIONS,
+        "parameter",
+    )
+    return Tool(spec=spec, handler=handler)
+
+
+def manage_instance_spec(description: str, actions: tuple[str, ...], setting: str) -> ToolSpec:
+    """The ``manage_instance`` spec, whatever the engine: ``setting`` names what the set
+    action sets (``parameter``, ``variable``)."""
+    return ToolSpec(
         name="manage_instance",
-        description=(
-            "Instance control. action: status | reload | set_parameter (ALTER SYSTEM SET name = "
-            "value, then reload; reports when a restart is needed) | restart | stop | start."
-        ),
+        description=description,
         parameters={
             "type": "object",
             "properties": {
-                "action": {"type": "string", "enum": list(ACTIONS)},
-                "name": {"type": "string", "description": "parameter name (set_parameter)"},
-                "value": {"type": "string", "description": "parameter value (set_parameter)"},
+                "action": {"type": "string", "enum": list(actions)},
+                "name": {"type": "string", "description": f"{setting} name (set_{setting})"},
+                "value": {"type": "string", "description": f"{setting} value (set_{setting})"},
             },
             "required": ["action"],
         },
         read_only=False,
     )
-    return Tool(spec=spec, handler=handler)

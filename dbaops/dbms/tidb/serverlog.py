@@ -1,0 +1,21 @@
+"""TiDB's server log format: ``[2026/12/02 19:57:05.496 +00:00] [INFO] [file.go:52] [msg]
+[conn=3405774860] ...`` (one record per line)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+_STAMP = re.compile(r"^\[(\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}\.\d{3} [+-]\d{2}:\d{2})\] \[")
+_CONN = re.compile(r"\[conn=(\d+)\]")
+
+
+def log_line_stamp(line: str) -> tuple[float, int] | None:
+    """The wall time of a tidb.log line and the connection it names (0: none); None for a
+    line without a stamp (a continuation of a multi-line message)."""
+    m = _STAMP.match(line)
+    if m is None:
+        return None
+    at = datetime.strptime(m[1], "%Y/%m/%d %H:%M:%S.%f %z").timestamp()
+    conn = _CONN.search(line)
+    return at, int(conn[1]) if conn else 0
