@@ -17,7 +17,7 @@ from dbaops.dbms.postgres.engine import PostgresEngine
 from dbaops.dbms.registry import UnknownEngine, engine_names, get_engine
 from dbaops.record.tables import SAMPLE_SCHEMA
 from dbaops.scenario.loader import ScenarioError, load_scenario
-from dbaops.tools.logs import log_tool
+from dbaops.tools.logs import ServerLogSource, log_tool
 
 SCENARIO = """\
 format: 2
@@ -72,7 +72,8 @@ def test_read_log_reads_what_the_engine_and_the_harness_expose() -> None:
         schema=SAMPLE_SCHEMA,
         orient="row",
     )
-    tool = log_tool(lambda: lines, get_engine("postgres").log_line_stamp, lambda: samples, clock)
+    source = ServerLogSource(lambda: lines, get_engine("postgres").log_line_stamp, "the log")
+    tool = log_tool({"postgresql": source}, lambda: samples, clock)
 
     async def call(args: dict[str, object]) -> str:
         return (await tool.handler(args)).observation

@@ -71,9 +71,8 @@ async def test_a_seeded_history_survives_the_consolidation_of_sampled_frames() -
     )
     sampler.seed(past)
     for i in range(40):
-        sampler._buf = {"t_s": [float(i)], "metric": ["db.xact_commit"], "label": [""],
-                        "value": [float(i)]}  # fmt: skip
-        sampler._buffered_samples = 1
+        sampler.rows.add(float(i), "db.xact_commit", "", float(i))
+        sampler.rows.end_sample()
         await sampler.flush()
     frame = sampler.snapshot()
     assert frame.height == 41

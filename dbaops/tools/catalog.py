@@ -19,7 +19,7 @@ from dbaops.mailbox import Mailbox
 from dbaops.tools.base import Tool, ToolResult
 from dbaops.tools.instance import instance_tool
 from dbaops.tools.knowledge import knowledge_tool
-from dbaops.tools.logs import log_tool
+from dbaops.tools.logs import ServerLogSource, log_tool
 from dbaops.tools.mailbox_tools import mailbox_tools
 from dbaops.tools.metrics_tool import metrics_tool
 from dbaops.tools.recording import ToolRecorder
@@ -99,12 +99,12 @@ def build_tool_catalog(env: PostgresToolEnvironment, recorder: ToolRecorder) -> 
     obs = env.observations
     sql = sql_tool(env.sql)
     instance = instance_tool(env.endpoint, env.instance, env.sql.role)
-    log = log_tool(_log_of(obs, "primary"), env.log_line_stamp, obs.samples, env.clock)
+    log = log_tool(_postgresql_log(obs, "primary", env), obs.samples, env.clock)
     if env.standby is not None:
         sb = env.standby
         sql = on_either_server(sql, sql_tool(sb.sql))
         instance = on_either_server(instance, instance_tool(sb.endpoint, sb.instance, sb.sql.role))
-        standby_log = log_tool(_log_of(obs, "standby"), env.log_line_stamp, obs.samples, env.clock)
+        standby_log = log_tool(_postgresql_log(obs, "standby", env), obs.samples, env.clock)
         log = on_either_server(log, standby_log)
     tools: list[Tool] = [
         sql,
@@ -120,6 +120,11 @@ def build_tool_catalog(env: PostgresToolEnvironment, recorder: ToolRecorder) -> 
     return catalog
 
 
-def _log_of(obs: Observations, server: str) -> Callable[[], list[str]]:
-    """The lines of one server's log (none when the engine cannot reach it)."""
-    return obs.server_logs.get(server, list)
+def _postgresql_log(
+    obs: Observations, server: str, env: PostgresToolEnvironment
+) -> dict[str, ServerLogSource]:
+    """The ``postgresql`` source of one server's ``read_log`` (no lines when the engine cannot
+    reach its log)."""
+    lines: Callable[[], list[str]] = obs.server_logs.get(server, list)
+    about = "the server log: errors, lock waits, checkpoints, autovacuum"
+    return {"postgresql": ServerLogSource(lines, env.log_line_stamp, about)}

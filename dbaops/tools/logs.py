@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -13,6 +14,20 @@ from dbaops.clock import ScenarioClock
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 
 LineStamp = Callable[[str], tuple[float, int] | None]
+
+
+@dataclass(frozen=True)
+class ServerLogSource:
+    """One server log ``read_log`` offers: its lines so far, how a line's time is read (None
+    for a continuation line), and what it holds (for the tool's description)."""
+
+    lines: Callable[[], list[str]]
+    stamp: LineStamp
+    about: str
+
+
+#: What the workload source holds (every engine has it).
+WORKLOAD_ABOUT = "the application's failed, late or dropped requests with their error codes"
 
 
 def _server_lines(
@@ -47,30 +62,33 @@ def _workload_lines(samples: pl.DataFrame, since: float | None) -> list[str]:
 
 
 def log_tool(
-    server_log: Callable[[], list[str]],
-    stamp_of: LineStamp,
+    servers: dict[str, ServerLogSource],
     samples: Callable[[], pl.DataFrame],
     clock: ScenarioClock,
 ) -> Tool:
-    """``read_log`` over the server's log lines of the run (``stamp_of`` reads a line's time in
-    the engine's log format) and the workload's SLO samples."""
+    """``read_log`` over the server logs of the run (by source name: ``postgresql``; ``tidb``
+    and ``slow``) and the workload's SLO samples (``workload``)."""
+    names = [*servers, "workload"]
+    first = names[0]
 
     async def handler(args: dict[str, Any]) -> ToolResult:
-        source = str(args.get("source", "postgresql"))
+        source = str(args.get("source", first))
         pattern = args.get("pattern")
         since = args.get("since")
         limit = int(args.get("limit") or 50)
         limit = max(1, min(limit, 500))
         since_s = float(since) if since is not None else None
-        if source == "postgresql":
-            lines = _server_lines(server_log(), stamp_of, clock, since_s)
+        if source in servers:
+            log = servers[source]
+            lines = _server_lines(log.lines(), log.stamp, clock, since_s)
         elif source == "workload":
             lines = _workload_lines(samples(), since_s)
         else:
+            choices = " or ".join(repr(n) for n in names)
             return ToolResult(
                 ok=False,
                 error=f"unknown source {source!r}",
-                observation="error: source must be 'postgresql' or 'workload'",
+                observation=f"error: source must be {choices}",
             )
         if pattern:
             try:
@@ -91,17 +109,18 @@ def log_tool(
             detail={"source": source, "matched": total},
         )
 
+    about = {**{n: s.about for n, s in servers.items()}, "workload": WORKLOAD_ABOUT}
     spec = ToolSpec(
         name="read_log",
         description=(
-            "Read logs. source: 'postgresql' (the server log: errors, lock waits, checkpoints, "
-            "autovacuum) or 'workload' (the application's failed, late or dropped requests with "
-            "SQLSTATE). Optional regex pattern, since (scenario seconds) and limit (last N lines)."
+            "Read logs. source: "
+            + " or ".join(f"'{n}' ({a})" for n, a in about.items())
+            + ". Optional regex pattern, since (scenario seconds) and limit (last N lines)."
         ),
         parameters={
             "type": "object",
             "properties": {
-                "source": {"type": "string", "enum": ["postgresql", "workload"]},
+                "source": {"type": "string", "enum": names},
                 "pattern": {"type": "string"},
                 "since": {"type": "number"},
                 "limit": {"type": "integer"},

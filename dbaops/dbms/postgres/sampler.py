@@ -86,7 +86,8 @@ from dbaops.engine.metrics_query import (
     query_series,
 )
 from dbaops.engine.metrics_registry import REGISTRY, MetricKind, MetricSpec, metric_kind
-from dbaops.record.tables import METRIC_SCHEMA, ParquetParts
+from dbaops.record.metric_rows import MetricRows
+from dbaops.record.tables import ParquetParts
 
 __all__ = [
     "REGISTRY",
@@ -126,7 +127,6 @@ _QUIET_SETTINGS = (
     ("auto_explain.log_min_duration", "-1"),
     ("pg_stat_statements.track", "none"),
 )
-_MAX_HISTORY_FRAMES = 32
 
 
 def short_queryid(queryid: int) -> str:
@@ -193,14 +193,12 @@ class MetricSampler:
             raise ValueError("invalid sampler parameters")
         self._connect = connect
         self._clock = clock
-        self._sink = sink
         self.database = database
         self.interval_s = interval_s
         self.min_wall_interval_s = min_wall_interval_s
         self.top_n = top_n
         self.create_pgss = create_pgss
         self.flush_every = flush_every
-        self.keep_history = keep_history
         self.sample_timeout_s = sample_timeout_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
@@ -213,9 +211,7 @@ class MetricSampler:
         self._pgss_prev: dict[int, _PgssRow] | None = None
         self._own_qids: set[int] = set()
         self._tags: dict[int, str | None] = {}
-        self._buf: dict[str, list[Any]] = {k: [] for k in METRIC_SCHEMA}
-        self._buffered_samples = 0
-        self._history: list[pl.DataFrame] = []
+        self.rows = MetricRows(sink, keep_history=keep_history)
         self._recheck_pgss_at = 0
         self._create_tried = False
         self._consecutive_failures = 0
@@ -246,7 +242,7 @@ class MetricSampler:
                 if delay > 0:
                     await anyio.sleep(delay)
                 ok = await self.sample_once()
-                if self._buffered_samples >= self.flush_every:
+                if self.rows.pending_samples >= self.flush_every:
                     await self.flush()
                 now = self._clock.mono()
                 if ok:
@@ -287,8 +283,8 @@ class MetricSampler:
         self._consecutive_failures += 1
         if self._failing_since is None:
             self._failing_since = t
-        self._add(t, "sampler.up", "", 0.0)
-        self._buffered_samples += 1
+        self.rows.add(t, "sampler.up", "", 0.0)
+        self.rows.end_sample()
         conn_lost = (
             not connected
             or _is_connection_error(exc)
@@ -312,29 +308,15 @@ class MetricSampler:
 
     async def flush(self) -> None:
         """Move buffered rows to the in-memory history and the sink."""
-        frame = self._take_buffer()
-        if frame.height == 0:
-            return
-        if self.keep_history:
-            self._history.append(frame.with_columns(pl.col("metric", "label").cast(pl.Categorical)))
-            if len(self._history) > _MAX_HISTORY_FRAMES:
-                self._history = [pl.concat(self._history, rechunk=True)]
-        if self._sink is not None:
-            try:
-                await anyio.to_thread.run_sync(self._sink.append, frame)
-            except OSError as exc:
-                log.error("sampler_flush_failed", error=str(exc), rows=frame.height)
+        await self.rows.flush()
 
     def seed(self, frame: pl.DataFrame) -> None:
-        """Rows recorded before this sampler started (the workload history), kept first (in
-        the kept frames' column types, so they concatenate with the sampled ones)."""
-        self._history.insert(0, frame.with_columns(pl.col("metric", "label").cast(pl.Categorical)))
+        """Rows recorded before this sampler started (the workload history)."""
+        self.rows.seed(frame)
 
     def snapshot(self) -> pl.DataFrame:
         """All rows sampled so far (history plus unflushed buffer), in :data:`METRIC_SCHEMA`."""
-        frames = [f.with_columns(pl.col("metric", "label").cast(pl.String)) for f in self._history]
-        frames.append(self._buffer_frame())
-        return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
+        return self.rows.snapshot()
 
     def cost_summary(self) -> dict[str, float]:
         """Per-sample wall cost (ms) of the successful samples so far."""
@@ -441,12 +423,12 @@ class MetricSampler:
                 out.extend(await self._statements(conn, caps, pgss_json))
         duration_ms = (self._clock.mono() - t0) * 1000.0
         for m, label, v in out:
-            self._add(t, m, label, v)
-        self._add(t, "sampler.up", "", 1.0)
-        self._add(t, "sampler.duration_ms", "", duration_ms)
+            self.rows.add(t, m, label, v)
+        self.rows.add(t, "sampler.up", "", 1.0)
+        self.rows.add(t, "sampler.duration_ms", "", duration_ms)
         self.durations_ms.append(duration_ms)
         self.samples += 1
-        self._buffered_samples += 1
+        self.rows.end_sample()
 
     async def _statements(
         self, conn: asyncpg.Connection, caps: Capabilities, pgss_json: str
@@ -494,17 +476,3 @@ class MetricSampler:
                 self._tags[int(qid)] = str(tag)
 
     # -- buffer -------------------------------------------------------------------------------
-    def _add(self, t: float, metric: str, label: str, value: float) -> None:
-        self._buf["t_s"].append(t)
-        self._buf["metric"].append(metric)
-        self._buf["label"].append(label)
-        self._buf["value"].append(float(value))
-
-    def _buffer_frame(self) -> pl.DataFrame:
-        return pl.DataFrame(self._buf, schema=METRIC_SCHEMA)
-
-    def _take_buffer(self) -> pl.DataFrame:
-        frame = self._buffer_frame()
-        self._buf = {k: [] for k in METRIC_SCHEMA}
-        self._buffered_samples = 0
-        return frame
