@@ -34,7 +34,7 @@ events:
 
 
 def test_engines_are_registered_by_name() -> None:
-    assert engine_names() == ["postgres"]
+    assert engine_names() == ["postgres", "tidb"]
     engine = get_engine("postgres")
     assert isinstance(engine, PostgresEngine) and isinstance(engine, DatabaseEngine)
     assert engine.dialect == "postgres"
@@ -53,6 +53,9 @@ def test_a_scenario_names_its_engine_and_an_unknown_one_is_refused(tmp_path: Pat
         load_scenario(path)
     assert str(info.value).startswith(str(path))
     assert "engine" in str(info.value) and "postgres" in str(info.value)
+    path.write_text(SCENARIO.format(engine="engine: tidb\n"))
+    with pytest.raises(ScenarioError, match="TiDB scenarios cannot run yet"):
+        load_scenario(path)
 
 
 def test_the_postgres_log_format_is_the_engines() -> None:

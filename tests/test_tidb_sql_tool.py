@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from dbaops.dbms.tidb.binary import TidbBinary
-from dbaops.dbms.tidb.endpoint import fetch_value
+from dbaops.dbms.tidb.endpoint import execute, fetch_value
 from dbaops.dbms.tidb.server import TidbServer
 from dbaops.dbms.tidb.sql_session import TidbSqlSession, split_statements, tidb_sql_tool
 from dbaops.testing.tidb import AGENT_PASSWORD, AGENT_USER, tidb_with_agent
@@ -92,7 +92,14 @@ async def test_the_per_call_limit_kills_the_query_and_keeps_the_session(
 async def test_the_trace_records_limits_and_the_sessions_a_kill_could_hit(
     session: TidbSqlSession, server: TidbServer
 ) -> None:
-    other = await server.endpoint("shop").connect()
+    admin = await server.connect()
+    try:
+        await execute(admin, "CREATE USER IF NOT EXISTS app IDENTIFIED BY 'app-pw'")
+        await execute(admin, "GRANT SELECT ON shop.* TO app")
+    finally:
+        admin.close()
+    other = await server.endpoint("shop").connect("app", "app-pw")
+    harness = await server.connect()
     try:
         other_id = await fetch_value(other, "SELECT CONNECTION_ID()")
         result = await session.execute(
@@ -105,8 +112,14 @@ async def test_the_trace_records_limits_and_the_sessions_a_kill_could_hit(
         assert other_id in ids and result.detail["pid"] not in ids
         again = await session.execute({"sql": "SELECT @@tidb_mem_quota_query AS q"})
         assert again.detail["settings_before"]["tidb_mem_quota_query"] == "1073741824"
+        # the harness's own sessions are out of the agent's reach
+        harness_id = await fetch_value(harness, "SELECT CONNECTION_ID()")
+        refused = await session.execute({"sql": f"KILL {harness_id}"})
+        assert not refused.ok and "RESTRICTED_CONNECTION_ADMIN" in refused.observation
+        assert await fetch_value(harness, "SELECT 1") == 1
     finally:
         other.close()
+        harness.close()
     assert other.closed or not await _alive(other)
 
 

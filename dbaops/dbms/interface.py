@@ -190,6 +190,21 @@ class DatabaseEngine(ABC):
     def versions(self, server_version: str) -> dict[str, str]:
         """The versions the run header records (the server's and the harness's)."""
 
+    @staticmethod
+    def harness_versions() -> dict[str, str]:
+        """The versions every engine's run header records: dbaops, Python, polars."""
+        import platform
+
+        import polars
+
+        import dbaops
+
+        return {
+            "dbaops": dbaops.__version__,
+            "python": platform.python_version(),
+            "polars": polars.__version__,
+        }
+
     @abstractmethod
     def knowledge_corpus(self) -> KnowledgeCorpus:
         """What the engine's ``query_knowledge_base`` searches (recorded in the run header)."""

@@ -13,8 +13,9 @@ class UnknownEngine(ValueError):
 
 def _engines() -> dict[str, type[DatabaseEngine]]:
     from dbaops.dbms.postgres.engine import PostgresEngine
+    from dbaops.dbms.tidb.engine import TidbEngine
 
-    return {PostgresEngine.name: PostgresEngine}
+    return {PostgresEngine.name: PostgresEngine, TidbEngine.name: TidbEngine}
 
 
 def engine_names() -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from dbaops.containers.resources import ServerResources
 from dbaops.evaluation.compliance import ServiceObjective
@@ -374,6 +374,17 @@ class Scenario(StrictModel):
     engine: Literal["postgres"] = Field(
         default="postgres", description="the database engine the scenario runs on (dbaops.dbms)"
     )
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine_runs_scenarios(cls, value: object) -> object:
+        if value == "tidb":
+            raise ValueError(
+                "TiDB scenarios cannot run yet: the TiDB engine has its server, agent user and "
+                "tools, but the runner's fixture, workloads and checks still speak PostgreSQL"
+            )
+        return value
+
     backend: Literal["embedded", "docker"] | None = Field(
         default=None,
         description="the server backend the scenario needs (docker: its faults need a "

@@ -14,12 +14,10 @@
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-import dbaops
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.interface import DatabaseEngine, DatabaseServer, Observations, ServerRequest
 from dbaops.dbms.postgres.endpoint import Endpoint
@@ -99,13 +97,10 @@ class PostgresEngine(DatabaseEngine):
 
     def versions(self, server_version: str) -> dict[str, str]:
         import asyncpg
-        import polars
 
         return {
-            "dbaops": dbaops.__version__,
-            "python": platform.python_version(),
+            **self.harness_versions(),
             "asyncpg": asyncpg.__version__,
-            "polars": polars.__version__,
             "postgres": server_version,
         }
 

@@ -15,6 +15,9 @@ RESTORE_ADMIN (they write and read server-side files), CONFIG, SHUTDOWN, and the
 privileges. A scenario may add named dynamic privileges (``BACKUP_ADMIN`` where a backup is
 the task).
 
+The harness's own user (``root``) holds the RESTRICTED_* privileges (:data:`HARNESS_PRIVILEGES`),
+so under SEM its sessions are also out of the agent's ``KILL`` (RESTRICTED_CONNECTION_ADMIN).
+
 TiDB asks SUPER of SQL bindings (session ones too) and of ``ADMIN`` statements, so the agent
 manages neither; it reads DDL jobs in ``information_schema.DDL_JOBS``.
 """
@@ -48,6 +51,15 @@ FORBIDDEN_PRIVILEGES: tuple[str, ...] = (
     "RESTRICTED_USER_ADMIN",
     "RESTRICTED_CONNECTION_ADMIN",
     "RESTRICTED_REPLICA_WRITER_ADMIN",
+)
+#: What the harness's own user (``root``) holds beyond SUPER, which SEM no longer lets imply
+#: them: it reads the server's evidence that SEM hides from the agent.
+HARNESS_PRIVILEGES: tuple[str, ...] = (
+    "RESTRICTED_VARIABLES_ADMIN",
+    "RESTRICTED_TABLES_ADMIN",
+    "RESTRICTED_STATUS_ADMIN",
+    "RESTRICTED_USER_ADMIN",
+    "RESTRICTED_CONNECTION_ADMIN",
 )
 #: Dynamic privileges a scenario may add to the agent's (``agent.tidb_privileges``).
 GRANTABLE_EXTRA: tuple[str, ...] = ("BACKUP_ADMIN", "RESTORE_ADMIN", "DASHBOARD_CLIENT")

@@ -94,6 +94,41 @@ def build_dir() -> Path:
     return cache_dir("tidb") / f"{TIDB_RELEASE_VERSION}-{recipe_hash()}"
 
 
+#: The reference files the knowledge base reads, by their path in TiDB's module.
+REFERENCE_FILES = {
+    "errors.toml": "errors.toml",
+    "tidb_vars.go": "pkg/sessionctx/variable/tidb_vars.go",
+    "sysvar.go": "pkg/sessionctx/variable/sysvar.go",
+}
+
+
+def reference_dir() -> Path:
+    """Where the TiDB reference the knowledge base reads is kept (beside the build)."""
+    return build_dir() / "reference"
+
+
+def module_dir() -> Path:
+    """TiDB's module in Go's module cache ($GOMODCACHE, else $GOPATH/pkg/mod, ~/go/pkg/mod)."""
+    cache = os.environ.get("GOMODCACHE") or str(
+        Path(os.environ.get("GOPATH") or Path.home() / "go") / "pkg" / "mod"
+    )
+    return Path(cache) / "github.com" / "pingcap" / f"tidb@{TIDB_MODULE_VERSION}"
+
+
+def keep_reference() -> Path | None:
+    """Copy TiDB's error reference and system-variable sources from the module cache beside
+    the build (where the knowledge base reads them); None when the module is not there."""
+    source, target = module_dir(), reference_dir()
+    if all((target / name).exists() for name in REFERENCE_FILES):
+        return target
+    if not all((source / rel).exists() for rel in REFERENCE_FILES.values()):
+        return None
+    target.mkdir(parents=True, exist_ok=True)
+    for name, rel in REFERENCE_FILES.items():
+        shutil.copyfile(source / rel, target / name)
+    return target
+
+
 def cached_build() -> TidbBuild | None:
     """The build of the current recipe, when there is one."""
     record = build_dir() / "build.json"
@@ -166,8 +201,11 @@ async def build_tidb_server(
                 say("waiting for another build of tidb-server")
                 await anyio.sleep(1.0)
         if not force and (found := cached_build()) is not None:
+            keep_reference()
             return found
-        return await _build(target, say)
+        built = await _build(target, say)
+        keep_reference()
+        return built
     finally:
         os.close(fd)
 

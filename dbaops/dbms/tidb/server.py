@@ -41,9 +41,15 @@ from dbaops.dbms.postgres.osuser import (
     running_as_root,
 )
 from dbaops.dbms.serverdir import ServerDirectory
-from dbaops.dbms.tidb.agent_role import sem_config_lines
+from dbaops.dbms.tidb.agent_role import HARNESS_PRIVILEGES, sem_config_lines
 from dbaops.dbms.tidb.binary import TidbBinary, find_tidb_server
-from dbaops.dbms.tidb.endpoint import CONNECTION_ERRORS, TidbEndpoint, fetch_value
+from dbaops.dbms.tidb.endpoint import (
+    CONNECTION_ERRORS,
+    TidbEndpoint,
+    execute,
+    fetch_all,
+    fetch_value,
+)
 
 #: How long a start may take before it is an error (the first start bootstraps the system
 #: tables: about 3 s here, much longer on a loaded machine).
@@ -171,7 +177,7 @@ class TidbServer(ServerDirectory):
         }
 
     # -- lifecycle ------------------------------------------------------------------------
-    def _write_config(self) -> None:
+    def _write_config(self, *, sem: bool = True) -> None:
         tmp = self.root / "tmp"
         lines = [
             f"temp-dir = {_toml_string(str(tmp))}",
@@ -182,14 +188,14 @@ class TidbServer(ServerDirectory):
             f"slow-query-file = {_toml_string(str(self.slow_log_path))}",
             "[log.file]",
             f"filename = {_toml_string(str(self.log_path))}",
-            *sem_config_lines(),
+            *(sem_config_lines() if sem else []),
         ]
         self.config_path.write_text("\n".join(lines) + "\n")
 
-    def _prepare_dirs(self) -> None:
+    def _prepare_dirs(self, *, sem: bool = True) -> None:
         for sub in ("store", "log", "tmp", "run"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        self._write_config()
+        self._write_config(sem=sem)
         if self.os_user:
             chown_tree(self.root, self.os_user)
 
@@ -226,11 +232,34 @@ class TidbServer(ServerDirectory):
         return self._proc.pid if self.is_running() and self._proc is not None else None
 
     async def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Start the server and wait until it answers SQL; an error with the log's tail when
-        it exits or does not answer in time."""
+        """Start the server (in Security Enhanced Mode) and wait until it answers SQL; an error
+        with the log's tail when it exits or does not answer in time. A store whose ``root``
+        lacks the RESTRICTED_* privileges (a new one: SEM takes them from SUPER) is first
+        started once without SEM to grant them, so the harness keeps its reach."""
         if self.is_running():
             return
-        self._prepare_dirs()
+        await self._start(timeout_s, sem=True)
+        if not await self._harness_privileged():
+            await self.stop()
+            await self._start(timeout_s, sem=False)
+            conn = await self.connect()
+            try:
+                await execute(conn, f"GRANT {', '.join(HARNESS_PRIVILEGES)} ON *.* TO 'root'@'%'")
+            finally:
+                conn.close()
+            await self.stop()
+            await self._start(timeout_s, sem=True)
+
+    async def _harness_privileged(self) -> bool:
+        conn = await self.connect()
+        try:
+            grants = " ".join(str(r) for r in await fetch_all(conn, "SHOW GRANTS"))
+        finally:
+            conn.close()
+        return all(p in grants for p in HARNESS_PRIVILEGES)
+
+    async def _start(self, timeout_s: float, *, sem: bool) -> None:
+        self._prepare_dirs(sem=sem)
         if not (port_is_free(self.port) and port_is_free(self.status_port)):
             self.port, self.status_port = _two_free_ports()
         self._proc = self._spawn()

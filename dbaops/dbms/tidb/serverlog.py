@@ -19,3 +19,15 @@ def log_line_stamp(line: str) -> tuple[float, int] | None:
     at = datetime.strptime(m[1], "%Y/%m/%d %H:%M:%S.%f %z").timestamp()
     conn = _CONN.search(line)
     return at, int(conn[1]) if conn else 0
+
+
+_SLOW_TIME = re.compile(r"^# Time: (\S+)")
+
+
+def slow_log_stamp(line: str) -> tuple[float, int] | None:
+    """The wall time of a slow-log record's first line (``# Time: 2026-12-02T20:01:02.1+00:00``);
+    None for the record's other lines."""
+    m = _SLOW_TIME.match(line)
+    if m is None:
+        return None
+    return datetime.fromisoformat(m[1]).timestamp(), 0

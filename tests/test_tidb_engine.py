@@ -1,0 +1,209 @@
+"""TiDB behind the engine seam, against the real embedded server: lifecycle and snapshots, a
+user's server by DSN, the metric sampler, and the agent's five tool roles as its TiDB user."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import polars as pl
+import pytest
+
+from dbaops.clock import ScenarioClock
+from dbaops.dbms.interface import Observations, ServerRequest
+from dbaops.dbms.registry import engine_names, get_engine
+from dbaops.dbms.tidb.endpoint import execute
+from dbaops.dbms.tidb.engine import TidbBackend, TidbEngine, external_endpoint
+from dbaops.dbms.tidb.knowledge import error_units, variable_units
+from dbaops.dbms.tidb.sampler import COUNTERS, GAUGES, TidbMetricSampler, parse_prometheus
+from dbaops.dbms.tidb.serverlog import slow_log_stamp
+from dbaops.mailbox import Mailbox
+from dbaops.record.tables import SAMPLE_SCHEMA
+from dbaops.scenario.loader import load_scenario
+from dbaops.tools.catalog import AGENT_TOOLS
+from dbaops.tools.recording import ToolRecorder
+
+pytestmark = pytest.mark.anyio
+
+
+# -- pure parts -----------------------------------------------------------------------------
+def test_the_engine_is_registered() -> None:
+    assert "tidb" in engine_names()
+    engine = get_engine("tidb")
+    assert isinstance(engine, TidbEngine) and engine.dialect == "mysql"
+
+
+def test_prometheus_families_are_summed_per_label() -> None:
+    text = (
+        "# HELP tidb_server_query_total x\n"
+        'tidb_server_query_total{resource_group="default",result="OK",type="Query"} 5\n'
+        'tidb_server_query_total{resource_group="default",result="OK",type="Ping"} 2\n'
+        'tidb_server_query_total{resource_group="default",result="Error",type="Query"} 1\n'
+        'tidb_server_connections{resource_group="default"} 3\n'
+        "process_cpu_seconds_total 1.5e+00\n"
+        "unrelated_total 9\n"
+    )
+    got = parse_prometheus(text, [*GAUGES, *COUNTERS])
+    assert got == {
+        ("tidb_server_query_total", "OK"): 7.0,
+        ("tidb_server_query_total", "Error"): 1.0,
+        ("tidb_server_connections", ""): 3.0,
+        ("process_cpu_seconds_total", ""): 1.5,
+    }
+
+
+def test_slow_log_records_are_stamped_on_their_first_line() -> None:
+    assert slow_log_stamp("# Time: 2026-12-02T20:01:02.5+00:00") == (1796241662.5, 0)
+    assert slow_log_stamp("# Conn_ID: 5") is None
+    assert slow_log_stamp("select 1;") is None
+
+
+def test_reference_units() -> None:
+    [err] = error_units("[\"kv:9007\"]\nerror = '''\nWrite conflict\n'''\nworkaround = 'retry'\n")
+    assert err.title == "error 9007 kv:9007" and "Workaround: retry" in err.body
+    tidb_vars = (
+        '\t// TiDBGCLifetime sets the retention window\n\tTiDBGCLifetime = "tidb_gc_life_time"\n'
+    )
+    sysvar = '\t{Scope: ScopeGlobal, Name: TiDBGCLifetime, Value: "10m0s", Type: TypeDuration, '
+    [var] = variable_units(tidb_vars, sysvar)
+    assert var.title == "tidb_gc_life_time (system variable)"
+    assert "Scope: GLOBAL" in var.body and 'Default: "10m0s"' in var.body
+    assert "retention window" in var.body
+
+
+def test_a_dsn_names_the_users_server() -> None:
+    ep = external_endpoint("mysql://dba:p%40ss@db.example:4001/shop")
+    assert (ep.host, ep.port, ep.user, ep.password, ep.database) == (
+        "db.example", 4001, "dba", "p@ss", "shop",
+    )  # fmt: skip
+    assert external_endpoint("mysql://127.0.0.1").port == 4000
+    with pytest.raises(ValueError, match="mysql://"):
+        external_endpoint("postgresql://x")
+
+
+# -- against the server ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def backend(tidb_binary: object) -> AsyncIterator[TidbBackend]:
+    server = await get_engine("tidb").open_server(ServerRequest(name="pytest-tidb-engine"))
+    assert isinstance(server, TidbBackend)
+    conn = await server.admin.connect()
+    try:
+        await execute(conn, "CREATE DATABASE IF NOT EXISTS shop")
+        await execute(conn, "CREATE TABLE IF NOT EXISTS shop.t (id INT PRIMARY KEY, v INT)")
+    finally:
+        conn.close()
+    try:
+        yield server
+    finally:
+        await server.close()
+    assert server.server is not None and not server.server.is_running()
+
+
+async def test_the_embedded_server_behind_the_seam(backend: TidbBackend) -> None:
+    assert backend.kind == "embedded"
+    info = backend.describe()
+    assert info["engine"] == "tidb" and info["port"] == backend.admin.port
+    assert "release_version" in info and "binary" in info
+    assert (await backend.server_version()).startswith("8.0.11-TiDB-")
+    assert set(backend.log_files()) == {"primary", "slow"}
+    versions = get_engine("tidb").versions(await backend.server_version())
+    assert {"tidb", "aiomysql", "sqlglot"} <= set(versions)
+    store = backend.snapshots
+    assert store is not None
+    async with store.lock(exclusive=True):
+        await store.capture("k")
+    assert store.has("k")
+    async with store.lock(exclusive=False):
+        await store.restore("k")
+    store.drop("k")
+
+
+async def test_a_users_server_by_dsn(backend: TidbBackend) -> None:
+    dsn = f"mysql://root@127.0.0.1:{backend.admin.port}"
+    external = await get_engine("tidb").open_server(ServerRequest(name="x", dsn=dsn))
+    assert isinstance(external, TidbBackend)
+    assert external.kind == "external"
+    assert external.snapshots is None and external.log_files() == {}
+    assert (await external.server_version()) == (await backend.server_version())
+    await external.close()
+
+
+async def test_the_sampler_records_metrics_and_gaps(backend: TidbBackend) -> None:
+    sampler = TidbMetricSampler(backend.admin, ScenarioClock(1.0), None)
+    async with aiohttp.ClientSession() as http:
+        assert await sampler.sample_once(http)
+        conn = await backend.admin.connect()
+        try:
+            for _ in range(10):
+                await execute(conn, "SELECT * FROM shop.t")
+        finally:
+            conn.close()
+        assert await sampler.sample_once(http)
+        frame = sampler.snapshot()
+        metrics = set(frame["metric"].to_list())
+        assert {"tidb.connections", "tidb.memory_rss_bytes", "tidb.queries_per_s",
+                "tidb.active_sessions", "tidb.lock_waits", "sampler.up"} <= metrics  # fmt: skip
+        ok_rate = frame.filter(
+            (pl.col("metric") == "tidb.queries_per_s") & (pl.col("label") == "OK")
+        )["value"]
+        assert ok_rate.len() == 1 and ok_rate[0] > 0  # a rate from the second sample on
+        sampler.close()
+        down = TidbMetricSampler(
+            backend.admin.model_copy(update={"port": 1, "status_port": 1}), ScenarioClock(), None
+        )
+        assert not await down.sample_once(http)
+        assert down.snapshot().filter(pl.col("metric") == "sampler.up")["value"].to_list() == [0]
+
+
+async def test_the_agent_tools_on_tidb(backend: TidbBackend, tmp_path: Path) -> None:
+    sc, _, _ = load_scenario("pg-sf-01")  # for the agent's settings only
+    clock = ScenarioClock(1.0)
+    records: list[object] = []
+    assert backend.server is not None
+    server = backend.server
+    admin = await backend.admin.connect()
+    try:
+        await execute(admin, "SET GLOBAL tidb_slow_log_threshold = 0")
+        observations = Observations(
+            metrics=lambda: pl.DataFrame(schema={"t_s": pl.Float64, "metric": pl.String,
+                                                 "label": pl.String, "value": pl.Float64}),
+            samples=lambda: pl.DataFrame(schema=SAMPLE_SCHEMA),
+            server_logs={
+                "primary": lambda: server.log_path.read_text().splitlines(),
+                "slow": lambda: server.slow_log_path.read_text().splitlines()
+                if server.slow_log_path.exists() else [],
+            },
+        )  # fmt: skip
+        tools = get_engine("tidb").agent_tools(
+            backend, sc, "shop", clock, Mailbox.create(tmp_path / "mailbox", now=clock.now),
+            observations, ToolRecorder(records.append, clock),  # type: ignore[arg-type]
+        )  # fmt: skip
+        assert set(tools.catalog) == set(AGENT_TOOLS)
+        await tools.open()
+        try:
+            sql = await tools.catalog["execute_sql"].handler(
+                {"sql": "SELECT CURRENT_USER() AS me, count(*) AS n FROM t"}
+            )
+            assert sql.ok and f"{sc.agent.role}@%" in sql.observation
+            status = await tools.catalog["manage_instance"].handler({"action": "status"})
+            assert "server running: True" in status.observation
+            log = await tools.catalog["read_log"].handler({"source": "tidb", "pattern": "TiDB"})
+            assert log.ok and "matching line(s)" in log.observation
+            slow = await tools.catalog["read_log"].handler({"source": "slow", "pattern": "FROM t"})
+            assert slow.ok and "count(*)" in slow.observation
+            kb = await tools.catalog["query_knowledge_base"].handler({"query": "8175 memory"})
+            assert kb.ok and "executor:8175" in kb.observation
+            bad = await tools.catalog["read_log"].handler({"source": "postgresql"})
+            assert not bad.ok and "'tidb' or 'slow' or 'workload'" in bad.observation
+        finally:
+            await tools.close()
+    finally:
+        await execute(admin, "SET GLOBAL tidb_slow_log_threshold = 300")
+        admin.close()
+    assert len(records) == 6  # every call recorded
