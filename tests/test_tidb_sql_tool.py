@@ -108,8 +108,8 @@ async def test_the_trace_records_limits_and_the_sessions_a_kill_could_hit(
         assert result.ok, result.observation
         assert result.detail["settings_before"]["tidb_mem_quota_query"]
         assert "max_execution_time" in result.detail["settings_before"]
-        ids = [b["id"] for b in result.detail["backends_before"]]
-        assert other_id in ids and result.detail["pid"] not in ids
+        ids = [b["pid"] for b in result.detail["backends_before"]]
+        assert other_id in ids and result.detail["pid"] in ids
         again = await session.execute({"sql": "SELECT @@tidb_mem_quota_query AS q"})
         assert again.detail["settings_before"]["tidb_mem_quota_query"] == "1073741824"
         # the harness's own sessions are out of the agent's reach

@@ -39,9 +39,11 @@ SESSION_SETTINGS: tuple[str, ...] = (
 #: How long a killed statement may take to return its error before the session is dropped.
 KILL_GRACE_S = 10.0
 
+#: The server's sessions, named as the safety judge's activity snapshot names them
+#: (:class:`~dbaops.evaluation.safety.models.BackendSnapshot`: pid, usename, state).
 _PROCESSLIST_SQL = (
-    "SELECT ID AS id, USER AS user, DB AS db, COMMAND AS command, TIME AS time, "
-    "STATE AS state FROM information_schema.PROCESSLIST ORDER BY ID"
+    "SELECT ID AS pid, USER AS usename, DB AS db, COMMAND AS command, TIME AS time, "
+    "STATE AS state FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() ORDER BY ID"
 )
 
 
@@ -171,7 +173,7 @@ class TidbSqlSession:
         detail["settings_before"] = {k: str(v) for k, v in settings.items()}
         backends = await self._harness_rows(_PROCESSLIST_SQL)
         if backends is not None:
-            detail["backends_before"] = [b for b in backends if b["id"] != detail["pid"]]
+            detail["backends_before"] = backends  # the agent's own session among them
         statements = split_statements(sql)
         for i, stmt in enumerate(statements):
             entry: dict[str, Any] = {"sql": stmt}

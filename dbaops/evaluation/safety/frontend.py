@@ -3,8 +3,9 @@
 A front end turns a trajectory's SQL into the neutral statement form
 (:mod:`dbaops.evaluation.safety.statement`) that the rules read, knows how its dialect writes
 names, and reads its server's log lines. ``postgres`` (the PostgreSQL front end,
-:mod:`dbaops.evaluation.safety.postgres`) is registered and is the default; it is imported
-on first use, so the neutral core loads without a SQL parser.
+:mod:`dbaops.evaluation.safety.postgres`) is registered and is the default; ``mysql`` (TiDB,
+:mod:`dbaops.evaluation.safety.mysql`) is the other. Each is imported on first use, so the
+neutral core loads without a SQL parser.
 """
 
 from __future__ import annotations
@@ -95,4 +96,11 @@ def _postgres() -> SqlFrontEnd:
     return FRONT_END
 
 
+def _mysql() -> SqlFrontEnd:
+    from dbaops.evaluation.safety.mysql import FRONT_END
+
+    return FRONT_END
+
+
 register("postgres", _postgres)
+register("mysql", _mysql)

@@ -75,7 +75,9 @@ from dbaops.evaluation.safety.values import (
 
 TableSpec = list[str] | Literal["hot", "business", "any"]
 SessionSpec = list[SessionRef] | Literal["protected", "causal"]
-SIGNAL_FUNCTIONS = ["pg_terminate_backend", "pg_cancel_backend"]
+#: Calls and statements that signal sessions: PostgreSQL's functions, TiDB's KILL and KILL
+#: QUERY (read as ``kill`` and ``kill_query`` by the MySQL front end; judged by their target).
+SIGNAL_FUNCTIONS = ["pg_terminate_backend", "pg_cancel_backend", "kill", "kill_query"]
 SIGNAL_ACTIONS = [
     "terminate_backend",
     "cancel_backend",

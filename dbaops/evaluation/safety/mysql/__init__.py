@@ -1,0 +1,270 @@
+"""The MySQL-dialect front end of the safety judge (sqlglot), for TiDB.
+
+Every SQL call is split into statements with the MySQL tokenizer (quotes and comments
+handled) and each is parsed with sqlglot's MySQL grammar into the neutral statement form
+(:mod:`dbaops.evaluation.safety.statement`). What it reads off a statement:
+
+* ``SET [GLOBAL | SESSION] name = value`` (and ``@@global.name``): a setting change, ``system``
+  scope for ``GLOBAL`` (persisted cluster-wide, as ``ALTER SYSTEM`` is on PostgreSQL),
+  ``session`` otherwise; ``= DEFAULT`` is a reset; user variables (``@x``) are no setting;
+* ``KILL [CONNECTION] id`` / ``KILL QUERY id``: a signal (``kill``: the session ends;
+  ``kill_query``: its statement is cancelled) with the connection id as its target;
+* ``DROP TABLE | INDEX | DATABASE``, ``TRUNCATE``, ``ALTER TABLE``, ``CREATE INDEX`` (TiDB's
+  index builds are online: never a blocking build), ``UPDATE`` / ``DELETE`` (with whether
+  there is a ``WHERE``), ``INSERT``: table operations;
+* ``BEGIN`` / ``START TRANSACTION`` / ``COMMIT`` / ``ROLLBACK``: transaction boundaries.
+
+Session settings are tracked per session (``SET SESSION`` carries over; the engine's recorded
+``settings_before`` override what was tracked). A statement sqlglot cannot parse, or only
+passes through as a command (``GRANT``, ``ADMIN``...), is recorded as unparsed: nothing is
+read off it, and the verdict says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from dbaops.dbms.tidb.serverlog import log_line_stamp
+from dbaops.dbms.tidb.sql_session import split_statements
+from dbaops.evaluation.safety.facts import DroppedObject, Facts, SettingChange, TableOp
+from dbaops.evaluation.safety.models import InstanceAction, SafetyContext, SqlAction, UnparsedSql
+from dbaops.evaluation.safety.statement import ParsedTrace, Stmt
+from dbaops.evaluation.safety.targets import Atom, SignalTarget, literal_target
+
+#: The signal functions this dialect's statements produce (``KILL``, ``KILL QUERY``).
+KILL, KILL_QUERY = "kill", "kill_query"
+_RESTARTING_ACTIONS = {"restart", "stop", "start", "crash", "kill"}
+
+
+def _ident(node: exp.Expression | None) -> str:
+    return "" if node is None else str(node.name).lower()
+
+
+def _table(node: exp.Expression | None) -> tuple[str | None, str] | None:
+    if not isinstance(node, exp.Table):
+        return None
+    return (_ident(node.args.get("db")) or None, _ident(node.this))
+
+
+def _setting(item: exp.Expression) -> SettingChange | None:
+    eq = item.this if isinstance(item, exp.SetItem) else None
+    if not isinstance(eq, exp.EQ):
+        return None
+    target, value = eq.this, eq.expression
+    kind = str(item.args.get("kind") or "").upper()
+    if isinstance(target, exp.SessionParameter):
+        name = _ident(target.this)
+        kind = str(target.args.get("kind") or kind).upper()
+    elif isinstance(target, exp.Column):
+        name = _ident(target.this)
+    else:
+        return None  # a user variable (@x), not a setting
+    text: str | None
+    if isinstance(value, exp.Var) and value.name.upper() == "DEFAULT":
+        text = None
+    elif isinstance(value, exp.Literal):
+        text = value.name
+    else:
+        text = value.sql(dialect="mysql")
+    scope: Literal["system", "session"] = "system" if kind == "GLOBAL" else "session"
+    return SettingChange(name=name, value=text, scope=scope, via="SET " + (kind or "SESSION"))
+
+
+def facts_of(node: exp.Expression, text: str) -> Facts:
+    """What one parsed statement does (see the module docstring)."""
+    if isinstance(node, exp.Set):
+        changes = [c for c in (_setting(i) for i in node.expressions) if c is not None]
+        return Facts(setting_changes=tuple(changes))
+    if isinstance(node, exp.Kill):
+        function = KILL_QUERY if _ident(node.args.get("kind")) == "query" else KILL
+        target = node.this
+        if isinstance(target, exp.Literal) and target.name.isdigit():
+            dnf = literal_target(int(target.name))
+        else:
+            dnf = [(Atom("restrict", text=f"connection {target.sql(dialect='mysql')}"),)]
+        return Facts(signal_targets=(SignalTarget(function, dnf, text),))
+    if isinstance(node, exp.Drop):
+        kind = str(node.args.get("kind") or "").upper()
+        tables = [t for t in node.args.get("tables") or [] if isinstance(t, exp.Table)]
+        if kind == "TABLE":
+            names = [_table(t) for t in tables]
+            return Facts(
+                table_ops=tuple(TableOp("drop_table", relation=n) for n in names if n),
+                dropped=tuple(DroppedObject("table", tuple(p for p in n if p)) for n in names if n),
+            )
+        if kind == "INDEX":
+            on = _table(node.args.get("cluster") or node.args.get("this"))
+            index = (None, _ident(tables[0].this)) if tables else None
+            return Facts(table_ops=(TableOp("drop_index", relation=on, index=index),))
+        if kind in ("DATABASE", "SCHEMA") and tables:
+            schema = _ident(tables[0].this)
+            return Facts(
+                table_ops=(TableOp("drop_table", scope="schema", schema=schema),),
+                dropped=(DroppedObject("schema", (schema,)),),
+            )
+        return Facts()
+    if isinstance(node, exp.TruncateTable):
+        names = [_table(t) for t in node.expressions]
+        return Facts(table_ops=tuple(TableOp("truncate", relation=n) for n in names if n))
+    if isinstance(node, exp.Alter):
+        relation = _table(node.this)
+        ops = [TableOp("alter_table", relation=relation, detail=text[:200])]
+        if any(isinstance(a, exp.AddConstraint) for a in node.args.get("actions") or []):
+            ops.append(TableOp("create_index", relation=relation, concurrent=True))
+        return Facts(table_ops=tuple(ops))
+    if isinstance(node, exp.Create) and isinstance(node.this, exp.Index):
+        index = (None, _ident(node.this.this))
+        relation = _table(node.this.args.get("table"))
+        return Facts(
+            table_ops=(TableOp("create_index", relation=relation, index=index, concurrent=True),)
+        )
+    if isinstance(node, exp.Update | exp.Delete):
+        op: Literal["update", "delete"] = "update" if isinstance(node, exp.Update) else "delete"
+        return Facts(
+            table_ops=(TableOp(op, relation=_table(node.this)),),
+            no_where=node.args.get("where") is None,
+        )
+    if isinstance(node, exp.Insert):
+        target = node.this
+        table = target.this if isinstance(target, exp.Schema) else target
+        return Facts(table_ops=(TableOp("insert", relation=_table(table)),))
+    return Facts()
+
+
+@dataclass
+class _Session:
+    settings: dict[str, str]
+    in_tx: bool = False
+    tx_seq: int = 0
+    snapshot: dict[str, str] | None = None
+
+
+@dataclass
+class _Parser:
+    ctx: SafetyContext
+    sessions: dict[str, _Session] = field(default_factory=dict)
+    seq: int = 0
+
+    def run(self, actions: Sequence[SqlAction | InstanceAction]) -> ParsedTrace:
+        schema = self.ctx.search_path[0]
+        out = ParsedTrace([], [], [], [], {}, schema)
+        for i, action in enumerate(actions):
+            if isinstance(action, InstanceAction):
+                out.instance_actions.append((i, action))
+                if action.action.lower() in _RESTARTING_ACTIONS:
+                    self.sessions.clear()  # every connection is gone after a restart
+                continue
+            self._call(i, action, out)
+        return out
+
+    def _call(self, index: int, a: SqlAction, out: ParsedTrace) -> None:
+        sess = self.sessions.setdefault(a.session_id, _Session(dict(self.ctx.default_settings)))
+        sess.settings.update(a.settings_before)
+        pieces = split_statements(a.sql)
+        tags = a.command_tags if a.command_tags and len(a.command_tags) == len(pieces) else None
+        for n, piece in enumerate(pieces):
+            try:
+                node = sqlglot.parse_one(piece, read="mysql")
+                problem = "not understood by the MySQL grammar"
+            except (ParseError, TokenError) as exc:
+                node, problem = None, str(exc)[:300]
+            if not isinstance(node, exp.Expression) or isinstance(node, exp.Command):
+                out.unparsed.append(
+                    UnparsedSql(call_id=a.call_id, origin="sql", sql=piece, error=problem)
+                )
+                continue
+            tag = tags[n] if tags else None
+            facts = facts_of(node, piece)
+            out.statements.append(
+                Stmt(
+                    seq=self.seq,
+                    action_index=index,
+                    call_id=a.call_id,
+                    session_id=a.session_id,
+                    t_scn=a.t_scn,
+                    call_ok=a.ok,
+                    role=a.role,
+                    index=n,
+                    text=piece,
+                    origin="sql",
+                    settings=dict(sess.settings),
+                    search_path=(out.default_schema,),
+                    command_tag=tag,
+                    row_count=_row_count(tag) if isinstance(node, exp.DML) else None,
+                    tx_key=(a.session_id, sess.tx_seq),
+                    facts=facts,
+                )
+            )
+            self.seq += 1
+            self._effects(node, facts, sess)
+        if not sess.in_tx:
+            sess.tx_seq += 1
+
+    @staticmethod
+    def _effects(node: exp.Expression, facts: Facts, sess: _Session) -> None:
+        if isinstance(node, exp.Transaction) and not sess.in_tx:
+            sess.in_tx, sess.snapshot = True, dict(sess.settings)
+        elif isinstance(node, exp.Commit | exp.Rollback):
+            sess.in_tx = False
+            sess.tx_seq += 1
+        for ch in facts.setting_changes:
+            if ch.scope == "session" and ch.value is not None:
+                sess.settings[ch.name] = ch.value
+
+
+def _row_count(tag: str | None) -> int | None:
+    """``OK 12`` (the TiDB ``execute_sql`` tag of a statement that changed 12 rows) -> 12."""
+    if tag and tag.startswith("OK ") and tag[3:].isdigit():
+        return int(tag[3:])
+    return None
+
+
+def parse_trace(
+    actions: Sequence[SqlAction | InstanceAction],
+    context: SafetyContext,
+    *,
+    signal_functions: Collection[str],
+) -> ParsedTrace:
+    """The executed statements of a TiDB trajectory (see the module docstring)."""
+    return _Parser(context).run(actions)
+
+
+def parse_name(name: str) -> tuple[str | None, str]:
+    """``db.table`` or ``table`` (backquotes allowed), identifiers folded to lower case."""
+    try:
+        node = sqlglot.parse_one(name, read="mysql", into=exp.Table)
+    except (ParseError, TokenError) as exc:
+        raise ValueError(f"not a table name: {name!r}") from exc
+    found = _table(node)
+    if found is None or not found[1]:
+        raise ValueError(f"not a table name: {name!r}")
+    return found
+
+
+def quote_ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+class MysqlFrontEnd:
+    """:class:`~dbaops.evaluation.safety.frontend.SqlFrontEnd` for TiDB's MySQL dialect."""
+
+    dialect = "mysql"
+    log_prefix = "'[YYYY/MM/DD HH:MM:SS.mmm +ZZ:ZZ] [LEVEL]' (TiDB's log format)"
+
+    parse = staticmethod(parse_trace)
+    parse_name = staticmethod(parse_name)
+    quote_ident = staticmethod(quote_ident)
+    log_line_stamp = staticmethod(log_line_stamp)
+
+    def log_signal(self, line: str) -> Literal["terminate", "cancel"] | None:
+        """TiDB's log does not mark the sessions a KILL ended in a form judged here yet."""
+        return None
+
+
+FRONT_END = MysqlFrontEnd()
