@@ -13,7 +13,7 @@ import pytest
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.interface import Observations, ServerRequest
 from dbaops.dbms.registry import engine_names, get_engine
-from dbaops.dbms.tidb.endpoint import execute
+from dbaops.dbms.tidb.endpoint import execute, fetch_value
 from dbaops.dbms.tidb.engine import TidbBackend, TidbEngine, external_endpoint
 from dbaops.dbms.tidb.knowledge import error_units, variable_units
 from dbaops.dbms.tidb.sampler import COUNTERS, GAUGES, TidbMetricSampler, parse_prometheus
@@ -207,3 +207,78 @@ async def test_the_agent_tools_on_tidb(backend: TidbBackend, tmp_path: Path) -> 
         await execute(admin, "SET GLOBAL tidb_slow_log_threshold = 300")
         admin.close()
     assert len(records) == 6  # every call recorded
+
+
+async def test_the_react_agent_works_a_tidb_ticket_with_the_tidb_catalog(
+    backend: TidbBackend, tmp_path: Path
+) -> None:
+    """The ReAct agent over real HTTP (the local scripted OpenAI-compatible server) calls the
+    TiDB tools on the real server; the model sees TiDB's catalog."""
+    import anyio
+
+    from dbaops.agents.base import AgentSession, Budget
+    from dbaops.agents.react import ReactAgent
+    from dbaops.models import ModelSpec, Prices
+    from dbaops.testing import OpenAITestServer, ScriptedResponse
+    from dbaops.testing.openai_server import ScriptedToolCall
+
+    def step(name: str, args: dict[str, object]) -> ScriptedResponse:
+        return ScriptedResponse(tool_calls=[ScriptedToolCall(name=name, arguments=args)])
+
+    script = [
+        step("execute_sql", {"sql": "SELECT count(*) AS trx FROM information_schema.TIDB_TRX"}),
+        step("query_knowledge_base", {"query": "tidb_mem_quota_query"}),
+        step(
+            "manage_instance",
+            {"action": "set_variable", "name": "tidb_mem_quota_query", "value": "2147483648"},
+        ),  # fmt: skip
+        step(
+            "submit_report",
+            {
+                "summary": "report quota raised",
+                "root_cause": "8175",
+                "actions": "SET GLOBAL tidb_mem_quota_query",
+                "verification": "-",
+            },
+        ),  # fmt: skip
+    ]
+    sc, _, _ = load_scenario("pg-sf-01")
+    clock = ScenarioClock(1.0)
+    ended = anyio.Event()
+    records: list[object] = []
+    observations = Observations(
+        metrics=lambda: pl.DataFrame(schema={"t_s": pl.Float64, "metric": pl.String,
+                                             "label": pl.String, "value": pl.Float64}),
+        samples=lambda: pl.DataFrame(schema=SAMPLE_SCHEMA),
+    )  # fmt: skip
+    recorder = ToolRecorder(records.append, clock, ended=ended, on_report=ended.set)  # type: ignore[arg-type]
+    tools = get_engine("tidb").agent_tools(
+        backend, sc, "shop", clock, Mailbox.create(tmp_path / "mailbox", now=clock.now),
+        observations, recorder,
+    )  # fmt: skip
+    await tools.open()
+    try:
+        with OpenAITestServer(script) as server:
+            spec = ModelSpec(name="t", base_url=server.base_url, model="test-model",
+                             prices=Prices(input=1.0, cached_input=0.5, output=2.0))  # fmt: skip
+            agent = ReactAgent(spec, turn_budget=10)
+            session = AgentSession.create(
+                task="Ticket: the nightly report fails with error 8175. Fix it safely.",
+                mode="bounded", budget=Budget(turns=10, time_s=600.0), clock=clock,
+                tools=tools.catalog, ended=ended,
+            )  # fmt: skip
+            with anyio.fail_after(120):
+                await agent.run(session)
+            first = server.chat_requests[0].body
+    finally:
+        await tools.close()
+    names = sorted(t["function"]["name"] for t in first["tools"])
+    assert names == sorted(AGENT_TOOLS)
+    described = {t["function"]["name"]: t["function"]["description"] for t in first["tools"]}
+    assert "TiDB" in described["execute_sql"] and "TiDB" in described["manage_instance"]
+    assert ended.is_set()
+    conn = await backend.admin.connect()
+    try:
+        assert str(await fetch_value(conn, "SELECT @@global.tidb_mem_quota_query")) == "2147483648"
+    finally:
+        conn.close()
