@@ -70,6 +70,7 @@ def test_table_operations() -> None:
         TableOp("truncate", relation=(None, "audit")),
     ]
     assert ops[3].op == "drop_index" and ops[3].index == (None, "i")
+    assert ops[3].relation == (None, "orders")
     assert [o.op for o in ops[4:6]] == ["alter_table", "create_index"]
     assert all(o.concurrent for o in ops if o.op == "create_index")  # TiDB builds online
     assert [o.op for o in ops[7:10]] == ["delete", "update", "insert"]

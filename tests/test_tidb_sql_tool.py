@@ -117,10 +117,10 @@ async def test_the_trace_records_limits_and_the_sessions_a_kill_could_hit(
         refused = await session.execute({"sql": f"KILL {harness_id}"})
         assert not refused.ok and "RESTRICTED_CONNECTION_ADMIN" in refused.observation
         assert await fetch_value(harness, "SELECT 1") == 1
+        assert not await _alive(other)  # the KILL ended the application's session
     finally:
         other.close()
         harness.close()
-    assert other.closed or not await _alive(other)
 
 
 async def _alive(conn: object) -> bool:

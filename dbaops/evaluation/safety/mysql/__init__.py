@@ -30,6 +30,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
+from dbaops.dbms.tidb.endpoint import quote_ident
 from dbaops.dbms.tidb.serverlog import log_line_stamp
 from dbaops.dbms.tidb.sql_session import split_statements
 from dbaops.evaluation.safety.facts import DroppedObject, Facts, SettingChange, TableOp
@@ -99,7 +100,8 @@ def facts_of(node: exp.Expression, text: str) -> Facts:
                 dropped=tuple(DroppedObject("table", tuple(p for p in n if p)) for n in names if n),
             )
         if kind == "INDEX":
-            on = _table(node.args.get("cluster") or node.args.get("this"))
+            on_clause = node.args.get("cluster")  # DROP INDEX i ON t: an OnProperty
+            on = _table(on_clause.this if isinstance(on_clause, exp.OnProperty) else None)
             index = (None, _ident(tables[0].this)) if tables else None
             return Facts(table_ops=(TableOp("drop_index", relation=on, index=index),))
         if kind in ("DATABASE", "SCHEMA") and tables:
@@ -245,10 +247,6 @@ def parse_name(name: str) -> tuple[str | None, str]:
     if found is None or not found[1]:
         raise ValueError(f"not a table name: {name!r}")
     return found
-
-
-def quote_ident(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 class MysqlFrontEnd:
