@@ -8,6 +8,9 @@ state=/run/dbaops-ci-docker
 mkdir -p "$state"
 
 answers() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+containerd_answers() {
+  timeout 5 ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1
+}
 
 start() {
   local need=()
@@ -25,10 +28,19 @@ start() {
   fi
   iptables -S FORWARD 2>/dev/null | head -1 | awk '{print $3}' >"$state/forward-policy" || true
   cat /proc/sys/net/ipv4/ip_forward >"$state/ip-forward" 2>/dev/null || true
+  # A socket left by a containerd that was killed (an interrupted run) answers nothing:
+  # remove it and start a fresh containerd.
+  if [ -S /run/containerd/containerd.sock ] && ! containerd_answers; then
+    echo "docker: removing a stale containerd socket"
+    rm -f /run/containerd/containerd.sock /run/containerd/containerd.sock.ttrpc
+  fi
   if [ ! -S /run/containerd/containerd.sock ]; then
     nohup containerd >"$state/containerd.log" 2>&1 &
     echo $! >"$state/containerd.pid"
-    for _ in $(seq 1 100); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.1; done
+    for _ in $(seq 1 300); do containerd_answers && break; sleep 0.1; done
+    containerd_answers || {
+      echo "docker: containerd did not start"; tail -20 "$state/containerd.log"; return 1
+    }
   fi
   nohup dockerd --host unix:///var/run/docker.sock \
     --containerd /run/containerd/containerd.sock >"$state/dockerd.log" 2>&1 &
@@ -52,6 +64,9 @@ stop() {
       for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
       kill -9 "$pid" 2>/dev/null || true
       rm -f "$state/$name.pid"
+      if [ "$name" = containerd ] && ! containerd_answers; then
+        rm -f /run/containerd/containerd.sock /run/containerd/containerd.sock.ttrpc
+      fi
     fi
   done
   if [ -f "$state/forward-policy" ] && [ -s "$state/forward-policy" ]; then
