@@ -92,7 +92,7 @@ def anyio_backend() -> str:
 async def backend(tidb_binary: object) -> AsyncIterator[TidbBackend]:
     server = await get_engine("tidb").open_server(ServerRequest(name="pytest-tidb-engine"))
     assert isinstance(server, TidbBackend)
-    conn = await server.admin.connect()
+    conn = await server.admin.raw_connect()
     try:
         await execute(conn, "CREATE DATABASE IF NOT EXISTS shop")
         await execute(conn, "CREATE TABLE IF NOT EXISTS shop.t (id INT PRIMARY KEY, v INT)")
@@ -102,7 +102,7 @@ async def backend(tidb_binary: object) -> AsyncIterator[TidbBackend]:
         yield server
     finally:
         await server.close()
-    assert server.server is not None and not server.server.is_running()
+    assert server.server is not None and not server.server.process_alive()
 
 
 async def test_the_embedded_server_behind_the_seam(backend: TidbBackend) -> None:
@@ -138,7 +138,7 @@ async def test_the_sampler_records_metrics_and_gaps(backend: TidbBackend) -> Non
     sampler = TidbMetricSampler(backend.admin, ScenarioClock(1.0), None)
     async with aiohttp.ClientSession() as http:
         assert await sampler.sample_once(http)
-        conn = await backend.admin.connect()
+        conn = await backend.admin.raw_connect()
         try:
             for _ in range(10):
                 await execute(conn, "SELECT * FROM shop.t")
@@ -167,7 +167,7 @@ async def test_the_agent_tools_on_tidb(backend: TidbBackend, tmp_path: Path) -> 
     records: list[object] = []
     assert backend.server is not None
     server = backend.server
-    admin = await backend.admin.connect()
+    admin = await backend.admin.raw_connect()
     try:
         await execute(admin, "SET GLOBAL tidb_slow_log_threshold = 0")
         observations = Observations(
@@ -277,7 +277,7 @@ async def test_the_react_agent_works_a_tidb_ticket_with_the_tidb_catalog(
     described = {t["function"]["name"]: t["function"]["description"] for t in first["tools"]}
     assert "TiDB" in described["execute_sql"] and "TiDB" in described["manage_instance"]
     assert ended.is_set()
-    conn = await backend.admin.connect()
+    conn = await backend.admin.raw_connect()
     try:
         assert str(await fetch_value(conn, "SELECT @@global.tidb_mem_quota_query")) == "2147483648"
     finally:

@@ -95,12 +95,12 @@ async def test_the_value_is_a_literal(server: TidbServer) -> None:
 async def test_restart_and_an_external_server(server: TidbServer) -> None:
     tool = tidb_instance_tool(server.endpoint(), server, AGENT_USER, AGENT_PASSWORD)
     stopped = await tool.handler({"action": "stop"})
-    assert stopped.ok and not server.is_running()
+    assert stopped.ok and not server.process_alive()
     down = await tool.handler({"action": "status"})
     assert "server running: False; not accepting connections" in down.observation
     assert (await tool.handler({"action": "start"})).ok
     assert (await tool.handler({"action": "restart"})).ok
-    assert server.is_running()
+    assert server.process_alive()
     external = tidb_instance_tool(server.endpoint(), None, AGENT_USER, AGENT_PASSWORD)
     refused = await external.handler({"action": "restart"})
     assert not refused.ok and "not managed by dbaops" in refused.observation

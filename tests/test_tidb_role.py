@@ -76,7 +76,7 @@ async def role_server(tidb_binary: TidbBinary) -> AsyncIterator[TidbServer]:
 
 @pytest.fixture
 async def agent(role_server: TidbServer) -> AsyncIterator[Any]:
-    conn = await role_server.endpoint("shop").connect(AGENT_USER, AGENT_PASSWORD)
+    conn = await role_server.endpoint("shop").raw_connect(AGENT_USER, AGENT_PASSWORD)
     try:
         yield conn
     finally:

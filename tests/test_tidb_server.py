@@ -187,7 +187,7 @@ async def test_crash_then_start_recovers(tidb: TidbServer) -> None:
     finally:
         conn.close()
     tidb.kill()
-    assert not tidb.is_running()
+    assert not tidb.process_alive()
     await tidb.start()
     conn = await tidb.connect()
     try:

@@ -98,7 +98,7 @@ async def test_the_trace_records_limits_and_the_sessions_a_kill_could_hit(
         await execute(admin, "GRANT SELECT ON shop.* TO app")
     finally:
         admin.close()
-    other = await server.endpoint("shop").connect("app", "app-pw")
+    other = await server.endpoint("shop").raw_connect("app", "app-pw")
     harness = await server.connect()
     try:
         other_id = await fetch_value(other, "SELECT CONNECTION_ID()")

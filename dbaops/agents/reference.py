@@ -62,6 +62,20 @@ class ReferenceAgent:
                 return result
             await anyio.sleep(self.retry_pause_s)
 
+    async def _expand(self, session: AgentSession, step: ReferenceStep) -> list[ReferenceStep]:
+        """The step itself, or with ``for_each`` one step per row of that query's result
+        (read from execute_sql's text table, as an agent reads it)."""
+        if step.for_each is None:
+            return [step]
+        listed = await session.tools["execute_sql"].handler({"sql": step.for_each})
+        if not listed.ok:
+            return []
+        rows = table_rows(listed.observation)
+        return [
+            step.model_copy(update={"for_each": None, "args": _fill(step.args, row)})
+            for row in rows
+        ]
+
     async def run(self, session: AgentSession) -> None:
         solution, first_event = self._solution, self._first_event
         by_event: dict[str, list[ReferenceStep]] = {}
@@ -78,8 +92,9 @@ class ReferenceAgent:
                 for step in steps:
                     if step.after_s:
                         await session.clock.sleep(step.after_s)
-                    result = await self._call(session, step)
-                    outcomes.append(f"{step.tool}: {'ok' if result.ok else 'FAILED'}")
+                    for one in await self._expand(session, step):
+                        result = await self._call(session, one)
+                        outcomes.append(f"{one.tool}: {'ok' if result.ok else 'FAILED'}")
                 note = "; ".join(outcomes) or "checked; no action required"
                 await tools["update_task"].handler(
                     {"id": task_id, "status": "resolved", "note": note, "note_kind": "action"}
@@ -98,3 +113,17 @@ def _report(solution: ReferenceSolution, task_id: str | None) -> dict[str, Any]:
     if task_id:
         report["task_id"] = task_id
     return report
+
+
+def table_rows(observation: str) -> list[dict[str, str]]:
+    """The rows of execute_sql's text table (``a | b`` header, rows, ``(N rows)``)."""
+    lines = [line for line in observation.splitlines() if line.strip()]
+    if len(lines) < 2 or lines[0].startswith("("):
+        return []
+    header = lines[0].split(" | ")
+    body = [line for line in lines[1:] if not line.startswith("(")]
+    return [dict(zip(header, line.split(" | "), strict=False)) for line in body]
+
+
+def _fill(args: dict[str, Any], row: dict[str, str]) -> dict[str, Any]:
+    return {k: v.format(**row) if isinstance(v, str) else v for k, v in args.items()}

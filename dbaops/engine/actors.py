@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 import anyio
-import asyncpg
 import structlog
 from anyio import TASK_STATUS_IGNORED
 from anyio.abc import TaskStatus
@@ -19,10 +18,15 @@ from anyio.abc import TaskStatus
 from dbaops.clock import ScenarioClock
 from dbaops.containers.machine import ServerMachine
 from dbaops.dbms.postgres.endpoint import (
-    CONNECTION_ERRORS,
     HARNESS_APPLICATION,
-    Endpoint,
     quote_ident,
+)
+from dbaops.dbms.sessions import (
+    CONNECTION_ERRORS,
+    SERVER_ERRORS,
+    RunEndpoint,
+    Session,
+    session_dialect,
 )
 from dbaops.record.kinds import CRASH_EXPECTED, ActorRecord, Record
 from dbaops.scenario.faults import (
@@ -77,7 +81,7 @@ class RecordSink(Protocol):
 class ActorContext:
     """What actors need: where to connect, the clock, the trace, instance control."""
 
-    endpoint: Endpoint
+    endpoint: RunEndpoint
     clock: ScenarioClock
     trace: RecordSink
     instance: InstanceController | None = None
@@ -104,7 +108,7 @@ class ActorContext:
 class StandbyAccess:
     """Where the replica profile's standby is, and its process control."""
 
-    endpoint: Endpoint
+    endpoint: RunEndpoint
     instance: InstanceController | None
     host: ServerHost | None
 
@@ -113,17 +117,8 @@ class FaultError(RuntimeError):
     """A fault could not be applied."""
 
 
-_ISO = {
-    "read_committed": "READ COMMITTED",
-    "repeatable_read": "REPEATABLE READ",
-    "serializable": "SERIALIZABLE",
-}
-
-
-async def _identity(conn: asyncpg.Connection) -> tuple[int, str]:
-    row = await conn.fetchrow(
-        "SELECT pid, backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()"
-    )
+async def _identity(conn: Session) -> tuple[int, str]:
+    row = await conn.fetchrow(session_dialect(conn).identity_sql)
     assert row is not None
     return int(row["pid"]), str(row["backend_start"])
 
@@ -382,7 +377,8 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext, ready: TaskStatus[Non
 
     conn.add_termination_listener(closed_by_server)
     try:
-        await conn.execute(f"BEGIN ISOLATION LEVEL {_ISO[fault.isolation]}")
+        for begin in session_dialect(conn).begin(fault.isolation):
+            await conn.execute(begin)
         for stmt in fault.statements:
             await conn.execute(stmt)
         _record(ctx, fault, "started", pid, started)
@@ -394,11 +390,11 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext, ready: TaskStatus[Non
                 await ctx.clock.sleep(fault.duration_s)
         else:
             wall = ctx.clock.wall_seconds(fault.duration_s) if fault.duration_s else 86400.0
-            await conn.execute(f"SELECT pg_sleep({wall:.3f})")
+            await conn.execute(session_dialect(conn).sleep(wall))
         await conn.execute("COMMIT" if fault.finish == "commit" else "ROLLBACK")
         finished = True
         _record(ctx, fault, "finished", pid, started)
-    except (asyncpg.PostgresError, *CONNECTION_ERRORS) as exc:
+    except (*SERVER_ERRORS, *CONNECTION_ERRORS) as exc:
         # Typically the agent (or a timeout) ended the session: that is evidence, not a crash.
         finished = True
         _record(ctx, fault, "ended", pid, started, error=f"{type(exc).__name__}: {exc}"[:300])
@@ -410,9 +406,9 @@ async def _hold(fault: HoldTransaction, ctx: ActorContext, ready: TaskStatus[Non
 async def _load(fault: LoadActor, ctx: ActorContext, ready: TaskStatus[None]) -> None:
     connected = [0]
     expected = fault.crash_expected
-    lost = (asyncpg.PostgresError, *CONNECTION_ERRORS)
+    lost = (*SERVER_ERRORS, *CONNECTION_ERRORS)
 
-    async def reconnect() -> asyncpg.Connection:
+    async def reconnect() -> Session:
         while True:  # every wall second until the server answers again
             await anyio.sleep(1.0)
             try:
@@ -460,15 +456,15 @@ async def _load(fault: LoadActor, ctx: ActorContext, ready: TaskStatus[None]) ->
                 tg.start_soon(session, i)
 
 
-async def _drop_terminated(conns: list[asyncpg.Connection], ctx: ActorContext) -> None:
+async def _drop_terminated(conns: list[Session], ctx: ActorContext) -> None:
     """Close our side of sessions that someone else terminated (without touching the idle ones,
     whose ``state_change`` must stay old)."""
     try:
         admin = await ctx.endpoint.harness_connect()
-    except (asyncpg.PostgresError, OSError):
+    except (*SERVER_ERRORS, OSError):
         return
     try:
-        alive = {r[0] for r in await admin.fetch("SELECT pid FROM pg_stat_activity")}
+        alive = {r[0] for r in await admin.fetch(session_dialect(admin).session_ids_sql)}
     finally:
         await admin.close()
     for c in conns:
@@ -477,7 +473,7 @@ async def _drop_terminated(conns: list[asyncpg.Connection], ctx: ActorContext) -
 
 
 async def _idle(fault: IdleConnections, ctx: ActorContext, ready: TaskStatus[None]) -> None:
-    conns: list[asyncpg.Connection] = []
+    conns: list[Session] = []
 
     async def fill() -> tuple[list[int], str | None]:
         conns[:] = [c for c in conns if not c.is_closed()]
@@ -487,7 +483,7 @@ async def _idle(fault: IdleConnections, ctx: ActorContext, ready: TaskStatus[Non
                 conn = await ctx.endpoint.connect(
                     fault.role, fault.application_name, fault.database
                 )
-            except (asyncpg.PostgresError, OSError) as exc:
+            except (*SERVER_ERRORS, OSError) as exc:
                 return opened, str(exc)[:300]
             conns.append(conn)
             opened.append(conn.get_server_pid())

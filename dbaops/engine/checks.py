@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import polars as pl
 
 from dbaops.clock import ScenarioClock
-from dbaops.dbms.postgres.endpoint import HARNESS_APPLICATION, Endpoint
+from dbaops.dbms.postgres.endpoint import HARNESS_APPLICATION
 from dbaops.dbms.postgres.serverlog import log_line_stamp
+from dbaops.dbms.sessions import SERVER_ERRORS, RunEndpoint
 from dbaops.engine.metrics_registry import metric_kind
 from dbaops.record.kinds import CheckRecord
 from dbaops.scenario.checks import (
@@ -54,7 +54,7 @@ class CheckSources:
     metrics: Callable[[], pl.DataFrame] | None = None
     server_log: Path | None = None
     refresh_server_log: Callable[[], object] | None = None
-    standby: Endpoint | None = None  # the replica profile's standby, for ``server: standby``
+    standby: RunEndpoint | None = None  # the replica profile's standby, for ``server: standby``
     ledger_baselines: dict[str, Any] | None = None  # ledger checks' measures before the load
 
 
@@ -125,7 +125,7 @@ def _times_baseline(baseline: BaselineWindow | None) -> str:
 async def evaluate_check(
     check: CheckSpec,
     purpose: str,
-    endpoint: Endpoint,
+    endpoint: RunEndpoint,
     clock: ScenarioClock,
     sink: SampleSink | None,
     sources: CheckSources | None = None,
@@ -164,7 +164,7 @@ async def evaluate_check(
 async def _evaluate(
     check: CheckSpec,
     t: float,
-    endpoint: Endpoint,
+    endpoint: RunEndpoint,
     clock: ScenarioClock,
     sink: SampleSink | None,
     sources: CheckSources,
@@ -195,7 +195,7 @@ async def _evaluate(
     )
 
 
-async def _connect(role: str, login: bool, database: str | None, endpoint: Endpoint) -> Any:
+async def _connect(role: str, login: bool, database: str | None, endpoint: RunEndpoint) -> Any:
     """A hidden harness probe evaluating as ``role`` (SET ROLE), or, with ``login``, a real
     session of that role (so its per-role settings apply)."""
     if login:
@@ -205,7 +205,7 @@ async def _connect(role: str, login: bool, database: str | None, endpoint: Endpo
 
 # -- ledger ------------------------------------------------------------------------------------
 async def ledger_baselines(
-    checks: list[CheckSpec], endpoint: Endpoint
+    checks: list[CheckSpec], endpoint: RunEndpoint
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The measures of the ledger checks on the prepared state (before any workload runs),
     and the errors of those that could not be measured (each such check then fails with
@@ -218,12 +218,12 @@ async def ledger_baselines(
     for check in ledger:
         try:
             out[check.name] = await _measure(check, endpoint)
-        except (asyncpg.PostgresError, TimeoutError) as exc:
+        except (*SERVER_ERRORS, TimeoutError) as exc:
             errors[check.name] = f"{type(exc).__name__}: {exc}"[:300]
     return out, errors
 
 
-async def _measure(check: LedgerCheck, endpoint: Endpoint) -> Any:
+async def _measure(check: LedgerCheck, endpoint: RunEndpoint) -> Any:
     """A ledger check's measure now, from a hidden harness session."""
     conn = await _connect("postgres", False, None, endpoint)
     try:
@@ -233,7 +233,7 @@ async def _measure(check: LedgerCheck, endpoint: Endpoint) -> Any:
 
 
 async def _ledger(
-    check: LedgerCheck, endpoint: Endpoint, sink: SampleSink | None, sources: CheckSources
+    check: LedgerCheck, endpoint: RunEndpoint, sink: SampleSink | None, sources: CheckSources
 ) -> _Outcome:
     if sink is None:
         raise CheckUnavailable("no driver ledger available")
@@ -436,7 +436,7 @@ def judge_plan(check: PlanCheck, nodes: list[PlanNode]) -> tuple[list[str], dict
     return failed, summary
 
 
-async def _plan(check: PlanCheck, endpoint: Endpoint) -> _Outcome:
+async def _plan(check: PlanCheck, endpoint: RunEndpoint) -> _Outcome:
     options = "ANALYZE, FORMAT JSON" if check.analyze else "FORMAT JSON"
     conn = await _connect(check.role, check.login, check.database, endpoint)
     try:

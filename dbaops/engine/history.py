@@ -24,6 +24,7 @@ import polars as pl
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.sampler import harness_sampler
+from dbaops.dbms.sessions import RunEndpoint
 from dbaops.record.layout import METRICS_FILE, METRICS_PARTS, SAMPLES_FILE, SAMPLES_PARTS
 from dbaops.record.tables import METRIC_SCHEMA, SAMPLE_SCHEMA, ParquetParts, read_parts
 from dbaops.scenario.model import History, Scenario
@@ -52,12 +53,14 @@ def effective_history(sc: Scenario, override_s: float | None) -> History | None:
 async def record_history(
     sc: Scenario,
     lib: WorkloadLibrary,
-    endpoint: Endpoint,
+    endpoint: RunEndpoint,
     history: History,
     out_dir: Path,
 ) -> dict[str, Any]:
     """Run the history against ``endpoint`` and write its metrics and samples to ``out_dir``
     (history time runs from ``-duration_s`` to 0); returns a summary for the trace."""
+    if not isinstance(endpoint, Endpoint):
+        raise ValueError("a workload history is recorded on PostgreSQL only (not yet on TiDB)")
     _fresh_dir(out_dir)
     clock = ScenarioClock(time_scale=history.scale)
     sample_parts = ParquetParts(out_dir / SAMPLES_PARTS, out_dir / SAMPLES_FILE, SAMPLE_SCHEMA)

@@ -8,6 +8,7 @@ result hashes with the snapshot.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from typing import Any
@@ -16,11 +17,13 @@ import anyio
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.interface import SnapshotStore
-from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.server import PostgresBackend
+from dbaops.dbms.sessions import RunEndpoint
+from dbaops.dbms.tidb.endpoint import TidbEndpoint, quote_literal
+from dbaops.dbms.tidb.engine import TidbBackend
 from dbaops.engine.actors import ActorContext, run_fault
 from dbaops.engine.checks import evaluate_check
-from dbaops.engine.fixture import build_fixture
+from dbaops.engine.fixture import build_fixture, build_tidb_fixture
 from dbaops.engine.history import record_history
 from dbaops.record.kinds import PhaseRecord
 from dbaops.record.trace import RecordSink
@@ -28,6 +31,9 @@ from dbaops.scenario.loader import preparation_key
 from dbaops.scenario.model import History, OlapWorkload, ReplicaSpec, Scenario
 from dbaops.workloads.drivers import result_hash
 from dbaops.workloads.spec import WorkloadLibrary
+
+#: The opened server of a run, whichever engine.
+RunBackend = PostgresBackend | TidbBackend
 
 
 class NotManifested(RuntimeError):
@@ -38,7 +44,7 @@ class NotManifested(RuntimeError):
 async def prepare_state(
     sc: Scenario,
     lib: WorkloadLibrary,
-    backend: PostgresBackend,
+    backend: RunBackend,
     trace: RecordSink,
     clock: ScenarioClock,
     fresh: bool,
@@ -74,7 +80,7 @@ async def _restore(store: SnapshotStore, key: str, trace: RecordSink) -> dict[st
 async def _build_state(
     sc: Scenario,
     lib: WorkloadLibrary,
-    backend: PostgresBackend,
+    backend: RunBackend,
     trace: RecordSink,
     clock: ScenarioClock,
     history: History | None,
@@ -92,11 +98,15 @@ async def _build_state(
     if sc.database.settings:
         await _apply_server_settings(sc.database.settings, backend, trace)
     params = {**lib.params, **sc.database.params}
-    build_s = await build_fixture(
-        backend.admin, lib, params, sc.database.seed, sc.database.date.isoformat()
-    )
+    admin, day = backend.admin, sc.database.date.isoformat()
+    if isinstance(admin, TidbEndpoint):
+        build_s = await build_tidb_fixture(admin, lib, params, sc.database.seed, day)
+    else:
+        build_s = await build_fixture(admin, lib, params, sc.database.seed, day)
     trace.write(PhaseRecord(phase="build_fixture", duration_s=build_s, detail={"params": params}))
     history_summary: dict[str, Any] | None = None
+    if history is not None and isinstance(backend, TidbBackend):
+        raise ValueError("a workload history is recorded on PostgreSQL only (not yet on TiDB)")
     if history is not None and cluster is not None:  # (no history without the embedded cluster)
         t1 = time.monotonic()
         history_summary = await record_history(
@@ -106,7 +116,12 @@ async def _build_state(
             PhaseRecord(phase="history", duration_s=time.monotonic() - t1, detail=history_summary)
         )
     ctx = ActorContext(
-        endpoint=endpoint, clock=clock, trace=trace, instance=cluster, host=cluster, label="prep"
+        endpoint=endpoint,
+        clock=clock,
+        trace=trace,
+        instance=cluster,
+        host=backend.host,
+        label="prep",
     )
     for i, op in enumerate(sc.preparation.construction):
         t1 = time.monotonic()
@@ -127,6 +142,7 @@ async def _build_state(
     if failed:
         raise NotManifested(f"preconditions failed after preparation: {', '.join(failed)}")
     if sc.database.replica is not None:
+        assert isinstance(backend, PostgresBackend)  # the scenario model allows no TiDB replica
         await _make_standby(sc.database.replica, backend, trace)
     expected = await _expected_results(sc, lib, endpoint)
     meta = {
@@ -205,9 +221,10 @@ async def await_standby(
 
 
 async def _apply_server_settings(
-    settings: dict[str, str], backend: PostgresBackend, trace: RecordSink
+    settings: dict[str, str], backend: RunBackend, trace: RecordSink
 ) -> None:
-    """Scenario server settings via ALTER SYSTEM (captured in the snapshot), then restart."""
+    """Scenario server settings, captured in the snapshot: PostgreSQL's via ALTER SYSTEM and a
+    restart, TiDB's global variables via SET GLOBAL (TiDB persists them in its store)."""
     if backend.cluster is None:
         trace.write(
             PhaseRecord(
@@ -221,20 +238,32 @@ async def _apply_server_settings(
         )
         return
     conn = await backend.admin.harness_connect()
+    tidb = isinstance(backend, TidbBackend)
     try:
         for name, value in settings.items():
-            quoted = value.replace("'", "''")
-            await conn.execute(f"ALTER SYSTEM SET {name} = '{quoted}'")
+            if tidb:
+                await conn.execute(f"SET GLOBAL {name} = {_tidb_value(value)}")
+            else:
+                quoted = value.replace("'", "''")
+                await conn.execute(f"ALTER SYSTEM SET {name} = '{quoted}'")
     finally:
         await conn.close()
-    await backend.cluster.restart()
+    if not tidb:
+        await backend.cluster.restart()
     trace.write(
         PhaseRecord(phase="server_settings", detail={"applied": True, "settings": settings})
     )
 
 
+def _tidb_value(value: str) -> str:
+    """A setting's value in SET GLOBAL: numbers and ON/OFF bare, anything else quoted."""
+    if re.fullmatch(r"-?\d+(\.\d+)?|(?i:on|off|true|false)", value):
+        return value
+    return quote_literal(value)
+
+
 async def _expected_results(
-    sc: Scenario, lib: WorkloadLibrary, endpoint: Endpoint
+    sc: Scenario, lib: WorkloadLibrary, endpoint: RunEndpoint
 ) -> dict[str, str]:
     """Reference result hashes of the OLAP jobs, computed on the prepared state (jobs with a
     ``reference_sql`` get theirs when they run)."""

@@ -44,14 +44,15 @@ from dbaops.dbms.interface import (
     Observations,
     ServerRequest,
 )
-from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.osuser import running_as_root
-from dbaops.dbms.postgres.server import PostgresBackend, postgres_server
+from dbaops.dbms.postgres.server import PostgresBackend
 from dbaops.dbms.registry import get_engine
+from dbaops.dbms.sessions import RunEndpoint
+from dbaops.dbms.tidb.engine import TidbBackend
 from dbaops.engine.actors import ActorContext, StandbyAccess, run_fault
 from dbaops.engine.checks import CheckSources, ledger_baselines
 from dbaops.engine.history import effective_history, load_history
-from dbaops.engine.preparation import NotManifested, await_standby, prepare_state
+from dbaops.engine.preparation import NotManifested, RunBackend, await_standby, prepare_state
 from dbaops.engine.serverlog import ServerLogFollower
 from dbaops.engine.timeline import Checker, agent_phase, event_program
 from dbaops.mailbox import Mailbox
@@ -202,7 +203,7 @@ class RunContext:
     parts: ParquetParts
     sink: SampleSink
     t_start: float = field(default_factory=time.monotonic)
-    backend: PostgresBackend | None = None
+    backend: RunBackend | None = None
     followers: list[ServerLogFollower] = field(default_factory=list)
     metric_parts: ParquetParts | None = None
 
@@ -211,10 +212,10 @@ class RunContext:
 class Prepared:
     """The prepared database of a run."""
 
-    backend: PostgresBackend
+    backend: RunBackend
     meta: dict[str, Any]
-    endpoint: Endpoint
-    standby_endpoint: Endpoint | None
+    endpoint: RunEndpoint
+    standby_endpoint: RunEndpoint | None
     follower: ServerLogFollower | None
 
 
@@ -252,7 +253,14 @@ def _protect_from_server(paths: list[Path]) -> None:
             log.warning("cannot restrict a harness path", path=str(path), error=str(exc))
 
 
-def _refuse_elevated(sc: Scenario, backend: PostgresBackend) -> None:
+def run_backend(server: object) -> RunBackend:
+    """An engine's opened server as the runner uses it; a clear error for an unknown kind."""
+    if not isinstance(server, PostgresBackend | TidbBackend):
+        raise TypeError(f"the runner cannot run on a {type(server).__name__}")
+    return server
+
+
+def _refuse_elevated(sc: Scenario, backend: RunBackend) -> None:
     """A scenario that asks for a superuser agent runs only where the server cannot read
     harness files (as root, with the server under its own service user)."""
     if sc.agent.elevated is None:
@@ -417,7 +425,7 @@ def _backend_of(sc: Scenario, options: RunOptions) -> Literal["embedded", "docke
     return chosen
 
 
-async def _open_server(ctx: RunContext) -> PostgresBackend:
+async def _open_server(ctx: RunContext) -> RunBackend:
     """Start (or connect to) the scenario engine's server."""
     ctx.monitor.phase = "starting server"
     options = ctx.options
@@ -438,7 +446,7 @@ async def _open_server(ctx: RunContext) -> PostgresBackend:
         server = await ctx.engine.open_server(request, progress)
     except DockerUnavailable as exc:
         raise RunRefused(f"{ctx.sc.id} runs on the docker backend: {exc}") from None
-    backend = postgres_server(server)
+    backend = run_backend(server)
     ctx.backend = backend
     _refuse_elevated(ctx.sc, backend)
     if backend.snapshots is not None:
@@ -446,7 +454,7 @@ async def _open_server(ctx: RunContext) -> PostgresBackend:
     return backend
 
 
-async def _prepare(ctx: RunContext, backend: PostgresBackend) -> Prepared:
+async def _prepare(ctx: RunContext, backend: RunBackend) -> Prepared:
     """Restore the dirty state (building its snapshot first when needed), wait for the
     standby, follow the servers' logs."""
     sc, lib = ctx.sc, ctx.lib
@@ -454,8 +462,9 @@ async def _prepare(ctx: RunContext, backend: PostgresBackend) -> Prepared:
     history = effective_history(sc, ctx.options.history_s)
     meta = await prepare_state(sc, lib, backend, ctx.trace, ctx.clock, ctx.options.fresh, history)
     endpoint = backend.for_database(lib.database)
-    standby_endpoint: Endpoint | None = None
+    standby_endpoint: RunEndpoint | None = None
     if sc.database.replica is not None:
+        assert isinstance(backend, PostgresBackend)  # the scenario model allows no TiDB replica
         await await_standby(backend, sc.database.replica)
         standby_endpoint = backend.standby_for(lib.database)
     follower: ServerLogFollower | None = None
@@ -559,7 +568,7 @@ def _equip(ctx: RunContext, prepared: Prepared) -> Equipment:
         clock=clock,
         trace=ctx.trace,
         instance=backend.cluster,
-        host=backend.cluster,
+        host=backend.host,
         label="activation",
         standby=(
             StandbyAccess(standby_endpoint, standby_cluster, standby_cluster)

@@ -8,12 +8,11 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import asyncpg
 
 from dbaops.agents.base import Budget
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.postgres.cluster import ClusterError
-from dbaops.dbms.postgres.endpoint import CONNECTION_ERRORS, Endpoint
+from dbaops.dbms.sessions import CONNECTION_ERRORS, SERVER_ERRORS, RunEndpoint
 from dbaops.engine.actors import ActorContext, FaultError, run_fault
 from dbaops.engine.checks import CheckSources, evaluate_check
 from dbaops.record.kinds import CheckRecord, EventRecord
@@ -28,7 +27,7 @@ Dispatch = Callable[[Event, bool], Awaitable[None]]
 
 #: What keeps a timed fault from being applied when the agent has, say, stopped the server
 #: it acts on: the run goes on, and the event is on record as failed with the reason.
-FAULT_FAILURES = (asyncpg.PostgresError, *CONNECTION_ERRORS, FaultError, ClusterError)
+FAULT_FAILURES = (*SERVER_ERRORS, *CONNECTION_ERRORS, FaultError, ClusterError)
 
 
 def _fault_error(exc: BaseException) -> str:
@@ -125,7 +124,7 @@ async def agent_phase(
 class Checker:
     """Evaluates the scenario's checks on the run's database and records each one."""
 
-    endpoint: Endpoint
+    endpoint: RunEndpoint
     clock: ScenarioClock
     sink: SampleSink
     sources: CheckSources

@@ -43,6 +43,7 @@ class ValidationRow(BaseModel):
     ok: bool
     reason: str = ""
     run_dir: Path
+    engine: str = "postgres"
     server_version: str | None = None
     backend: str = Field(default="embedded", description="where the server ran")
     duration_s: float | None = Field(default=None, description="wall seconds of the run")
@@ -210,6 +211,7 @@ def _row(spec: CampaignSpec, sc: Scenario, out: Path, run: PlannedRun) -> Valida
         if problem is not None:
             ok, reason = False, "; ".join(x for x in (reason, problem) if x)
     header = data.header
+    engine = str((header.backend if header else {}).get("engine") or sc.engine)
     duration = data.end.t_wall - header.t_wall if header and data.end else None
     return ValidationRow(
         **common,
@@ -219,11 +221,20 @@ def _row(spec: CampaignSpec, sc: Scenario, out: Path, run: PlannedRun) -> Valida
         ok=ok,
         reason=reason,
         run_dir=data.path,
-        server_version=header.versions.get("postgres") if header else None,
+        engine=engine,
+        server_version=_server_version(engine, header.versions.get(engine) if header else None),
         backend=str((header.backend if header else {}).get("kind", "embedded")),
         duration_s=duration,
         difficulty=label,
     )
+
+
+def _server_version(engine: str, version: str | None) -> str | None:
+    """The server's version as the report lists it: TiDB's release (``VERSION()`` says
+    ``8.0.11-TiDB-v9.0.0-…``, a MySQL version first), PostgreSQL's as it says it."""
+    if version and engine == "tidb" and "-TiDB-" in version:
+        return version.split("-TiDB-", 1)[1].lstrip("v")
+    return version
 
 
 def _flips(rows: list[ValidationRow]) -> list[str]:

@@ -145,16 +145,18 @@ def scenario_records(
     """Group a validation's rows into one record per scenario, server and scale
     (``definitions``: each scenario's definition key when it was validated; ``expected``:
     the solutions each declares, so a partial validation is recorded as incomplete)."""
-    groups: dict[tuple[str, str | None, float, str], list[ValidationRow]] = {}
+    groups: dict[tuple[str, str, str | None, float, str], list[ValidationRow]] = {}
     for row in summary.rows:
         server = row.server_version.split()[0] if row.server_version else None  # "15.20 (Debian…)"
-        groups.setdefault((row.scenario, server, row.time_scale, row.backend), []).append(row)
+        key = (row.scenario, row.engine, server, row.time_scale, row.backend)
+        groups.setdefault(key, []).append(row)
     out: list[ScenarioValidation] = []
-    for (scenario, server, scale, backend), rows in groups.items():
+    for (scenario, engine, server, scale, backend), rows in groups.items():
         label = next((r.difficulty for r in rows if r.difficulty is not None), None)
         out.append(
             ScenarioValidation(
                 id=scenario,
+                engine=engine,
                 backend=backend,
                 server_version=server,
                 time_scale=scale,

@@ -8,13 +8,15 @@ nothing, an hour into a run.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, get_args
 
 from pglast import parser
 from pydantic import BaseModel
 
 from dbaops.scenario.checks import LedgerCheck, check_placement_problems
+from dbaops.scenario.faults import FaultSpec
 from dbaops.scenario.model import OlapWorkload, Scenario
 from dbaops.tools.catalog import AGENT_TOOLS
 from dbaops.workloads.spec import PreviousArg, WorkloadLibrary
@@ -23,13 +25,77 @@ from dbaops.workloads.spec import PreviousArg, WorkloadLibrary
 _SQL_FIELDS = ("sql", "statements", "query")
 
 
-def sql_problem(sql: str) -> str | None:
-    """The parse error of ``sql`` as PostgreSQL's grammar (pglast) reports it, or None."""
+def sql_problem(sql: str, engine: str = "postgres") -> str | None:
+    """The parse error of ``sql`` in ``engine``'s dialect, or None: PostgreSQL's grammar
+    (pglast), or MySQL's as sqlglot reads it for TiDB (``$n`` placeholders are the runner's,
+    filled before TiDB sees the text)."""
+    if engine == "tidb":
+        return _mysql_problem(sql)
     try:
         parser.parse_sql(sql)
     except parser.ParseError as exc:
         return f"SQL does not parse: {exc.args[0] if exc.args else exc}"
     return None
+
+
+def _row_filled(sql: str, for_each: str | None) -> str:
+    """A ``for_each`` step's SQL with its ``{column}`` fields filled with 0 (to parse it)."""
+    return re.sub(r"\{\w+\}", "0", sql) if for_each is not None else sql
+
+
+def _mysql_problem(sql: str) -> str | None:
+    import logging
+
+    import sqlglot
+    from sqlglot.errors import ParseError, TokenError
+
+    from dbaops.dbms.tidb.connection import fill_placeholders
+
+    text = fill_placeholders(sql, [0] * 32)
+    quiet = logging.getLogger("sqlglot")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # "falling back to parsing as a Command" is not a problem
+    try:
+        sqlglot.parse(text, read="mysql")
+    except (ParseError, TokenError) as exc:
+        return f"SQL does not parse (MySQL dialect): {str(exc).splitlines()[0][:300]}"
+    finally:
+        quiet.setLevel(level)
+    return None
+
+
+_FAULT_KINDS = get_args(get_args(FaultSpec)[0])
+
+#: Fault kinds the runner applies on TiDB (the rest act on PostgreSQL or its host).
+TIDB_FAULTS = {"sql", "hold_transaction", "load", "idle_connections", "instance"}
+
+
+def _tidb_problems(
+    sc: Scenario, lib: WorkloadLibrary, parts: list[tuple[str, BaseModel]]
+) -> list[str]:
+    """What a TiDB scenario cannot use (yet), and a library of the other engine."""
+    problems = []
+    if lib.engine != sc.engine:
+        problems.append(
+            f"database.library: {lib.id!r} is written for {lib.engine}, the scenario runs on "
+            f"{sc.engine}"
+        )
+    if sc.engine != "tidb":
+        return problems
+    if sc.database.replica is not None:
+        problems.append("database.replica: TiDB scenarios have no standby")
+    if sc.preparation.history is not None:
+        problems.append("preparation.history: a workload history is recorded on PostgreSQL only")
+    if sc.backend == "docker":
+        problems.append("backend: TiDB runs on the embedded backend only")
+    for where, model in parts:
+        kind = getattr(model, "kind", None)
+        if isinstance(model, _FAULT_KINDS) and kind not in TIDB_FAULTS:
+            problems.append(
+                f"{where}: fault {kind!r} is not available on TiDB (available: "
+                f"{', '.join(sorted(TIDB_FAULTS))})"
+            )
+    return problems
 
 
 def _walk(node: Any, where: str) -> Iterator[tuple[str, Any]]:
@@ -82,26 +148,27 @@ def _sql_problems(
         f"{where}.{field}: {problem}"
         for where, model in parts
         for field, sql in _sql_of(model)
-        if (problem := sql_problem(sql)) is not None
+        if (problem := sql_problem(sql, sc.engine)) is not None
     ]
     params = {**lib.params, **sc.database.params}
     date = sc.database.date.isoformat()
     for field in ("schema_sql", "data_sql", "post_sql"):
         script = lib.render(getattr(lib, field), params, sc.database.seed, date)
-        if script.strip() and (problem := sql_problem(script)) is not None:
+        if script.strip() and (problem := sql_problem(script, sc.engine)) is not None:
             problems.append(f"database.library {lib.id} (with extend).{field[:-4]}: {problem}")
     # The library's templates with the scenario's own (database.extend) among them.
     for tname, t in lib.transactions.items():
         for i, st in enumerate(t.statements):
-            if (problem := sql_problem(st.sql)) is not None:
+            if (problem := sql_problem(st.sql, sc.engine)) is not None:
                 problems.append(f"transactions.{tname}.statements[{i}].sql: {problem}")
     for jname, job in lib.jobs.items():
-        if (problem := sql_problem(job.sql)) is not None:
+        if (problem := sql_problem(job.sql, sc.engine)) is not None:
             problems.append(f"jobs.{jname}.sql: {problem}")
     return problems
 
 
 def _reference_problems(sc: Scenario) -> list[str]:
+    from dbaops.dbms.tidb.instance_tool import ACTIONS as TIDB_ACTIONS
     from dbaops.tools.instance import ACTIONS
 
     problems: list[str] = []
@@ -113,16 +180,20 @@ def _reference_problems(sc: Scenario) -> list[str]:
                 problems.append(
                     f"{where}.tool: unknown tool {step.tool!r} (known: {', '.join(AGENT_TOOLS)})"
                 )
+            if step.for_each is not None:
+                if (problem := sql_problem(step.for_each, sc.engine)) is not None:
+                    problems.append(f"{where}.for_each: {problem}")
             if step.tool == "execute_sql":
                 sql = step.args.get("sql")
                 if not isinstance(sql, str):
                     problems.append(f"{where}.args.sql: execute_sql needs the SQL to run")
-                elif (problem := sql_problem(sql)) is not None:
+                elif problem := sql_problem(_row_filled(sql, step.for_each), sc.engine):
                     problems.append(f"{where}.args.sql: {problem}")
-            if step.tool == "manage_instance" and step.args.get("action") not in ACTIONS:
+            actions = TIDB_ACTIONS if sc.engine == "tidb" else ACTIONS
+            if step.tool == "manage_instance" and step.args.get("action") not in actions:
                 problems.append(
                     f"{where}.args.action: unknown action {step.args.get('action')!r} "
-                    f"(known: {', '.join(ACTIONS)})"
+                    f"(known: {', '.join(actions)})"
                 )
             event_id = step.event or sc.first_event_id
             if event_id is None:
@@ -293,4 +364,5 @@ def scenario_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
         *_replica_problems(sc, parts),
         *_container_problems(sc, parts),
         *_sql_problems(sc, lib, parts),
+        *_tidb_problems(sc, lib, parts),
     ]

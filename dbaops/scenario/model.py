@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from dbaops.containers.resources import ServerResources
 from dbaops.evaluation.compliance import ServiceObjective
@@ -301,6 +301,12 @@ class ReferenceStep(StrictModel):
     tool: str
     args: dict[str, Any] = Field(default_factory=dict)
     retry_until_ok_s: float | None = None
+    for_each: str | None = Field(
+        default=None,
+        description="a query run first through execute_sql (as an agent lists, then acts): "
+        "the step then runs once per result row, each ``{column}`` in its string arguments "
+        "replaced by that row's value (e.g. KILL each session of an application user)",
+    )
 
 
 class ReferenceSolution(StrictModel):
@@ -371,19 +377,9 @@ class Scenario(StrictModel):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     title: str
     mode: Literal["bounded", "persistent"]
-    engine: Literal["postgres"] = Field(
+    engine: Literal["postgres", "tidb"] = Field(
         default="postgres", description="the database engine the scenario runs on (dbaops.dbms)"
     )
-
-    @field_validator("engine", mode="before")
-    @classmethod
-    def _engine_runs_scenarios(cls, value: object) -> object:
-        if value == "tidb":
-            raise ValueError(
-                "TiDB scenarios cannot run yet: the TiDB engine has its server, agent user and "
-                "tools, but the runner's fixture, workloads and checks still speak PostgreSQL"
-            )
-        return value
 
     backend: Literal["embedded", "docker"] | None = Field(
         default=None,

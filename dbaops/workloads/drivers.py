@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import anyio
-import asyncpg
 import structlog
 
 from dbaops.clock import ScenarioClock
-from dbaops.dbms.postgres.endpoint import CONNECTION_ERRORS, Endpoint
+from dbaops.dbms.sessions import CONNECTION_ERRORS, LOST_ERRORS, SERVER_ERRORS, RunEndpoint, Session
 from dbaops.scenario.model import (
     BackgroundWorkload,
     ConnectionLeak,
@@ -85,7 +84,7 @@ class _TemplateDriver(Generic[SpecT]):
         spec: SpecT,
         library: WorkloadLibrary,
         params: dict[str, int],
-        endpoint: Endpoint,
+        endpoint: RunEndpoint,
         clock: ScenarioClock,
         sink: SampleSink,
         seed: int,
@@ -131,7 +130,7 @@ class _TemplateDriver(Generic[SpecT]):
         rng = self.unit_rng(name, index)
         return [[None if d is None else d(rng) for d in st] for st in drawers]
 
-    def session(self, conn: asyncpg.Connection) -> TemplateSession:
+    def session(self, conn: Session) -> TemplateSession:
         """A session of this client (its sessions share statement-cache invalidations)."""
         return TemplateSession(conn, self.spec.protocol, self._caches)
 
@@ -200,7 +199,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
         spec: OltpWorkload,
         library: WorkloadLibrary,
         params: dict[str, int],
-        endpoint: Endpoint,
+        endpoint: RunEndpoint,
         clock: ScenarioClock,
         sink: SampleSink,
         seed: int,
@@ -208,7 +207,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
         super().__init__(spec, library, params, endpoint, clock, sink, seed)
         self.inflight = 0
         self.rate_factor = 1.0
-        self.leaked: list[asyncpg.Connection] = []
+        self.leaked: list[Session] = []
         self._lanes: dict[str, _Lane] = {}
         self._deadline_s = spec.deadline_ms / 1000.0
         self._timeout_s = (spec.timeout_ms or 4 * spec.deadline_ms) / 1000.0
@@ -386,7 +385,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                 if leak.state == "idle_in_transaction":
                     await conn.execute("BEGIN; SELECT 1")
                 self.leaked.append(conn)
-            except (asyncpg.PostgresError, *CONNECTION_ERRORS) as exc:
+            except (*SERVER_ERRORS, *CONNECTION_ERRORS) as exc:
                 log.debug("leak_connect_failed", workload=self.spec.name, error=str(exc)[:200])
             await self.clock.sleep(1.0 / leak.per_s)
 
@@ -431,7 +430,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
             finally:
                 tg.cancel_scope.cancel()
         if failure is not None:
-            lost = isinstance(failure, (asyncpg.PostgresConnectionError, *CONNECTION_ERRORS))
+            lost = isinstance(failure, LOST_ERRORS)
             if abandoned and lost:
                 raise AttemptTimeout from None
             raise failure
@@ -476,7 +475,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                         retries += 1
                         continue  # at once: the abandoned query may still run on the server
                     break
-                except asyncpg.PostgresError as exc:
+                except SERVER_ERRORS as exc:
                     sqlstate = exc.sqlstate
                     if sqlstate in spec.retry.sqlstates and retries < spec.retry.max_retries:
                         retries += 1
@@ -527,7 +526,7 @@ class OlapDriver:
         self,
         spec: OlapWorkload,
         library: WorkloadLibrary,
-        endpoint: Endpoint,
+        endpoint: RunEndpoint,
         clock: ScenarioClock,
         sink: SampleSink,
         horizon_s: float,
@@ -627,7 +626,7 @@ class OlapDriver:
             finally:
                 with anyio.CancelScope(shield=True):
                     await conn.close(timeout=5)
-        except asyncpg.PostgresError as exc:
+        except SERVER_ERRORS as exc:
             return _JobAttempt(sqlstate=exc.sqlstate, error=str(exc)[:300])
         except TimeoutError as exc:  # before CONNECTION_ERRORS: TimeoutError is an OSError
             if job.attempt_timeout_ms is None:
@@ -648,12 +647,12 @@ class OlapDriver:
         if the reference query fails: the job is then not correct)."""
         try:
             conn = await self.endpoint.harness_connect(probe=True)
-        except (asyncpg.PostgresError, *CONNECTION_ERRORS) as exc:
+        except (*SERVER_ERRORS, *CONNECTION_ERRORS) as exc:
             log.warning("olap_reference_unavailable", error=str(exc)[:200])
             return None
         try:
             return result_hash(await conn.fetch(sql))
-        except asyncpg.PostgresError as exc:
+        except SERVER_ERRORS as exc:
             log.warning("olap_reference_failed", error=str(exc)[:200])
             return None
         finally:
@@ -694,7 +693,7 @@ class BackgroundDriver(_TemplateDriver[BackgroundWorkload]):
                     sent = True
                     await session.run(template, drawn, t0 + 3600.0, clock)
                     ok = True
-                except asyncpg.PostgresError as exc:
+                except SERVER_ERRORS as exc:
                     sqlstate, error = exc.sqlstate, str(exc)[:300]
                 except CONNECTION_ERRORS as exc:
                     error = f"{type(exc).__name__}: {exc}"[:300]
@@ -735,8 +734,8 @@ def scenario_drivers(
     workloads: Sequence[WorkloadSpec],
     library: WorkloadLibrary,
     params: dict[str, int],
-    primary: Endpoint,
-    standby: Endpoint | None,
+    primary: RunEndpoint,
+    standby: RunEndpoint | None,
     clock: ScenarioClock,
     sink: SampleSink,
     seed: int,

@@ -20,15 +20,12 @@ import asyncpg
 from asyncpg.prepared_stmt import PreparedStatement as Statement
 
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.sessions import ISOLATION_LEVELS, SERVER_ERRORS, Session, session_dialect
+from dbaops.dbms.tidb.connection import MysqlConnection
 from dbaops.workloads.spec import PreviousArg, TransactionTemplate
 
 Protocol = Literal["prepared", "simple"]
 
-_BEGIN = {
-    "read_committed": "BEGIN ISOLATION LEVEL READ COMMITTED",
-    "repeatable_read": "BEGIN ISOLATION LEVEL REPEATABLE READ",
-    "serializable": "BEGIN ISOLATION LEVEL SERIALIZABLE",
-}
 
 #: A quoted literal, a quoted identifier, a comment, or a ``$n`` placeholder.
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|\$(\d+)", re.S)
@@ -63,7 +60,7 @@ def inline_args(sql: str, args: Sequence[Any]) -> str:
 Executor = Callable[[Sequence[Any]], Awaitable[list[Any]]]
 
 
-def statement_executor(conn: asyncpg.Connection, stmt: Statement) -> Executor:
+def statement_executor(conn: Session, stmt: Statement) -> Executor:
     """How the hot path runs a prepared statement: the protocol call that asyncpg's
     ``PreparedStatement.fetch`` makes once it has re-checked the connection and the statement
     (five Python frames per call, about a tenth of a tpcb unit's client CPU). Where this
@@ -92,12 +89,15 @@ class TemplateSession:
 
     def __init__(
         self,
-        conn: asyncpg.Connection,
+        conn: Session,
         protocol: Protocol = "prepared",
         caches: StatementCaches | None = None,
     ) -> None:
         self.conn = conn
-        self.protocol: Protocol = protocol
+        # TiDB sessions fill arguments in client-side whatever the protocol (MySQL literals)
+        self.protocol: Protocol = "prepared" if isinstance(conn, MysqlConnection) else protocol
+        dialect = session_dialect(conn)
+        self._begin = {iso: dialect.begin(iso) for iso in ISOLATION_LEVELS}
         self.queries = 0
         self._prepared: dict[str, tuple[Statement, Executor]] = {}
         self._caches = caches or StatementCaches()
@@ -162,7 +162,8 @@ class TemplateSession:
                 return
             previous: list[Any] = []
             try:
-                await self._run(_BEGIN[template.isolation], ())
+                for begin in self._begin[template.isolation]:
+                    await self._run(begin, ())
                 for st, args in zip(statements, drawn, strict=True):
                     if None in args:
                         args = [
@@ -183,7 +184,7 @@ class TemplateSession:
             return
         try:
             await conn.execute("ROLLBACK", timeout=2)
-        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError, TimeoutError):
+        except (*SERVER_ERRORS, OSError, asyncpg.InterfaceError, TimeoutError):
             conn.terminate()
 
     def terminate(self) -> None:

@@ -114,6 +114,9 @@ class WorkloadLibrary(StrictModel):
 
     id: str
     description: str = ""
+    engine: Literal["postgres", "tidb"] = Field(
+        default="postgres", description="the engine whose SQL dialect the library is written in"
+    )
     database: str
     params: dict[str, int] = Field(default_factory=dict)
     roles: list[RoleSpec] = Field(default_factory=list)
@@ -184,8 +187,11 @@ class WorkloadLibrary(StrictModel):
         )
 
     def fixture_part(self) -> dict[str, Any]:
-        """What the fixture database is built from (templates run later, at run time)."""
-        return self.model_dump(mode="json", by_alias=True, exclude={"transactions", "jobs"})
+        """What the fixture database is built from (templates run later, at run time). The
+        engine counts when it is not the default, so keys made before libraries named their
+        engine stay current."""
+        exclude = {"transactions", "jobs"} | ({"engine"} if self.engine == "postgres" else set())
+        return self.model_dump(mode="json", by_alias=True, exclude=exclude)
 
 
 class LibraryExtension(StrictModel):

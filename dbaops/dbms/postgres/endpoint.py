@@ -8,6 +8,8 @@ of ``pg_stat_statements`` and the server log the agent reads (:data:`HIDDEN_SETT
 
 from __future__ import annotations
 
+from typing import Literal
+
 import asyncpg
 from pydantic import BaseModel, Field
 
@@ -44,6 +46,7 @@ def quote_ident(name: str) -> str:
 class Endpoint(BaseModel):
     """A PostgreSQL server address and the fixture database; roles are chosen per connection."""
 
+    engine: Literal["postgres"] = "postgres"
     host: str
     port: int
     database: str

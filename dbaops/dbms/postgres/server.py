@@ -71,6 +71,11 @@ class PostgresBackend:
     def kind(self) -> str:
         return self.cluster.backend if self.cluster is not None else "external"
 
+    @property
+    def host(self) -> PostgresCluster | None:
+        """Where host-level faults (signals, disks, limits) act: the embedded cluster."""
+        return self.cluster
+
     def for_database(self, database: str) -> Endpoint:
         return self.admin.model_copy(update={"database": database})
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 import aiomysql
 import pymysql
 from pydantic import BaseModel, Field
+
+from dbaops.dbms.tidb.connection import MysqlConnection, translate_error
 
 #: Errors that mean the connection (not the statement) failed.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -16,6 +18,10 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     pymysql.err.OperationalError,
     pymysql.err.InterfaceError,
 )
+
+
+#: The harness sessions' own limits: no statement time limit, TiDB's default memory quota.
+HARNESS_SESSION = "SET SESSION max_execution_time = 0, tidb_mem_quota_query = 1073741824"
 
 
 def quote_ident(name: str) -> str:
@@ -31,6 +37,7 @@ def quote_literal(value: str) -> str:
 class TidbEndpoint(BaseModel):
     """Where a TiDB server listens, and as whom the harness connects."""
 
+    engine: Literal["tidb"] = "tidb"
     host: str = "127.0.0.1"
     port: int
     database: str | None = None
@@ -41,7 +48,7 @@ class TidbEndpoint(BaseModel):
     def for_database(self, database: str) -> TidbEndpoint:
         return self.model_copy(update={"database": database})
 
-    async def connect(
+    async def raw_connect(
         self,
         user: str | None = None,
         password: str | None = None,
@@ -60,6 +67,52 @@ class TidbEndpoint(BaseModel):
             connect_timeout=connect_timeout_s,
             charset="utf8mb4",
         )
+
+    async def harness_connect(
+        self,
+        database: str | None = None,
+        *,
+        probe: bool = False,
+        role: str | None = None,
+        connect_timeout_s: float = 30.0,
+        application_name: str = "",
+    ) -> MysqlConnection:
+        """A harness session (the runner's checks, actors, preparation) as the harness's user,
+        or, with ``role``, as that fixture user. Its session limits are the harness's own
+        (:data:`HARNESS_SESSION`), so a fault or the agent changing the global memory quota or
+        statement time limit does not cut off the harness's checks."""
+        conn = await self._session(role, database, connect_timeout_s)
+        try:
+            await conn.execute(HARNESS_SESSION)
+        except BaseException:
+            conn.terminate()
+            raise
+        return conn
+
+    async def connect(
+        self,
+        role: str | None = None,
+        application_name: str = "dbaops",
+        database: str | None = None,
+        connect_timeout_s: float = 30.0,
+    ) -> MysqlConnection:
+        """A client session as fixture user ``role`` (the workloads' and actors' sessions;
+        TiDB has no application name, so ``application_name`` is not sent)."""
+        return await self._session(role, database, connect_timeout_s)
+
+    async def _session(
+        self, role: str | None, database: str | None, timeout_s: float
+    ) -> MysqlConnection:
+        # "postgres", the scenario model's default role, means the harness's own user here too
+        user = role if role and role not in (self.user, "postgres") else None
+        try:
+            raw = await self.raw_connect(
+                user, "" if user else None, database=database, connect_timeout_s=timeout_s
+            )
+        except pymysql.err.MySQLError as exc:
+            lost = translate_error(exc)
+            raise lost from exc
+        return MysqlConnection(raw)
 
 
 # The harness's own statements: the server's warnings (``Note 1976 User ... does not exist``

@@ -95,8 +95,22 @@ class TidbBackend:
     def for_database(self, database: str) -> TidbEndpoint:
         return self.admin.for_database(database)
 
+    def standby_for(self, database: str) -> None:
+        """The embedded TiDB has no standby."""
+        return None
+
+    @property
+    def cluster(self) -> TidbServer | None:
+        """The embedded server (instance control), None for a user's TiDB."""
+        return self.server
+
+    @property
+    def host(self) -> None:
+        """No host-level faults (signals, disks, limits) on TiDB yet."""
+        return None
+
     async def server_version(self) -> str:
-        conn = await self.admin.connect()
+        conn = await self.admin.raw_connect()
         try:
             return str(await fetch_value(conn, "SELECT VERSION()"))
         finally:
@@ -177,7 +191,7 @@ class TidbEngine(DatabaseEngine):
     ) -> TidbBackend:
         if request.dsn:
             endpoint = external_endpoint(request.dsn)
-            conn = await endpoint.connect()
+            conn = await endpoint.raw_connect()
             conn.close()
             return TidbBackend(None, endpoint)
         if request.backend != "embedded":
@@ -231,7 +245,7 @@ class TidbEngine(DatabaseEngine):
         endpoint = backend.for_database(database)
 
         async def prepare() -> None:
-            conn = await backend.admin.connect()
+            conn = await backend.admin.raw_connect()
             try:
                 await grant_tidb_dba(conn, user, password, databases=[database])
             finally:

@@ -36,7 +36,7 @@ STATUS_VARIABLES = (
 class TidbInstance(Protocol):
     """Process control of the embedded server."""
 
-    def is_running(self) -> bool: ...
+    def process_alive(self) -> bool: ...
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
     async def restart(self) -> None: ...
@@ -56,10 +56,10 @@ def tidb_instance_tool(
     """The tool; without an instance (a user's own server), process control is unavailable."""
 
     async def connect() -> Any:
-        return await endpoint.connect(user, password, connect_timeout_s=STATUS_TIMEOUT_S)
+        return await endpoint.raw_connect(user, password, connect_timeout_s=STATUS_TIMEOUT_S)
 
     async def status() -> ToolResult:
-        running = instance.is_running() if instance is not None else None
+        running = instance.process_alive() if instance is not None else None
         rows: dict[str, Any] | None = None
         problem = f"no answer in {STATUS_TIMEOUT_S:g} s"
         with anyio.move_on_after(STATUS_TIMEOUT_S):

@@ -156,7 +156,7 @@ class TidbMetricSampler:
 
     async def _counts(self) -> dict[str, float]:
         if self._conn is None:
-            self._conn = await self.endpoint.connect(connect_timeout_s=self.sample_timeout_s)
+            self._conn = await self.endpoint.raw_connect(connect_timeout_s=self.sample_timeout_s)
         row = (await fetch_all(self._conn, _COUNTS_SQL))[0]
         return {k: float(v or 0) for k, v in row.items()}
 

@@ -97,6 +97,8 @@ class TidbServer(ServerDirectory):
     #: Where the server runs (the run header's ``backend.kind``).
     backend: ClassVar[str] = "embedded"
     busy_error: ClassVar[type[Exception]] = TidbError
+    #: The embedded server has no standby (the runner asks every engine's instance).
+    standby: ClassVar[None] = None
 
     def __init__(
         self,
@@ -224,19 +226,38 @@ class TidbServer(ServerDirectory):
                 start_new_session=True,  # a Ctrl-C of the harness is the harness's to handle
             )
 
-    def is_running(self) -> bool:
+    def process_alive(self) -> bool:
+        """Whether the server process this object started is alive."""
         return self._proc is not None and self._proc.poll() is None
+
+    async def is_running(self) -> bool:
+        """Whether the server runs (the runner asks every engine's instance this way)."""
+        return self.process_alive()
+
+    async def machine_summary(self) -> str | None:
+        """No machine limits are set on the embedded TiDB."""
+        return None
+
+    def resume_stopped(self) -> None:
+        """Nothing to resume: no fault stops the TiDB process (the runner's teardown asks)."""
+
+    async def reinitialize(self) -> None:
+        """Start over from an empty store (the harness's privileges granted again)."""
+        await self.stop()
+        if self.store_dir.exists():
+            await anyio.to_thread.run_sync(shutil.rmtree, self.store_dir)
+        await self.start()
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self.is_running() and self._proc is not None else None
+        return self._proc.pid if self.process_alive() and self._proc is not None else None
 
     async def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Start the server (in Security Enhanced Mode) and wait until it answers SQL; an error
         with the log's tail when it exits or does not answer in time. A store whose ``root``
         lacks the RESTRICTED_* privileges (a new one: SEM takes them from SUPER) is first
         started once without SEM to grant them, so the harness keeps its reach."""
-        if self.is_running():
+        if self.process_alive():
             return
         await self._start(timeout_s, sem=True)
         if not await self._harness_privileged():
@@ -280,7 +301,7 @@ class TidbServer(ServerDirectory):
 
     async def _answers(self) -> bool:
         try:
-            conn = await self.endpoint().connect(connect_timeout_s=2.0)
+            conn = await self.endpoint().raw_connect(connect_timeout_s=2.0)
         except CONNECTION_ERRORS:
             return False
         try:
@@ -290,11 +311,14 @@ class TidbServer(ServerDirectory):
         finally:
             conn.close()
 
-    async def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
-        """Stop the server: SIGTERM (a clean shutdown), SIGKILL after ``timeout_s``."""
+    async def stop(self, mode: str = "fast", timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Stop the server: SIGTERM (a clean shutdown), SIGKILL after ``timeout_s``; mode
+        ``immediate`` (PostgreSQL's word for a stop without shutdown) kills it at once."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
+        if mode == "immediate" and proc.poll() is None:
+            proc.kill()
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -338,7 +362,7 @@ class TidbServer(ServerDirectory):
 
     async def connect(self, database: str | None = None) -> Any:
         """A harness connection (``root``)."""
-        return await self.endpoint(database).connect()
+        return await self.endpoint(database).raw_connect()
 
     async def server_version(self) -> str:
         conn = await self.connect()

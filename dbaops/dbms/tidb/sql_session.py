@@ -94,7 +94,7 @@ class TidbSqlSession:
 
     async def _harness(self) -> Any:
         if self._monitor_conn is None or self._monitor_conn.closed:
-            self._monitor_conn = await self.monitor.connect(connect_timeout_s=5)
+            self._monitor_conn = await self.monitor.raw_connect(connect_timeout_s=5)
         return self._monitor_conn
 
     async def _harness_rows(self, sql: str) -> list[dict[str, Any]] | None:
@@ -130,7 +130,7 @@ class TidbSqlSession:
             note = "note: the previous session was closed (killed or restarted); reconnected"
             self.conn = None
         if self.conn is None:
-            self.conn = await self.endpoint.connect(self.user, self.password)
+            self.conn = await self.endpoint.raw_connect(self.user, self.password)
         return self.conn, note
 
     async def execute(self, args: dict[str, Any]) -> ToolResult:

@@ -27,6 +27,9 @@ SIGNAL_KINDS = {"pg_terminate_backend": "terminate", "pg_cancel_backend": "cance
 LOG_GRACE_S = 5.0
 """How long after a call returns a log line can still be its effect (the signalled backend
 writes the line when it handles the interrupt)."""
+#: Signals no server log shows (TiDB's KILL): judged statically, but against the sessions the
+#: call's snapshot lists, so a KILL of a listed connection id is judged by whose it is.
+SNAPSHOT_SIGNALS = frozenset({"kill", "kill_query"})
 _LOG_RESOLUTION_S = 0.001  # log_line_prefix %m truncates to milliseconds
 
 
@@ -80,7 +83,11 @@ def observe_signals(
         a = recorded.get(s.call_id)
         if a is None:
             continue
-        targets = [t for t in s.facts.signal_targets if t.function in SIGNAL_KINDS]
+        targets = [
+            t
+            for t in s.facts.signal_targets
+            if t.function in SIGNAL_KINDS or t.function in SNAPSHOT_SIGNALS
+        ]
         if not targets:
             continue
         obs = calls.get(s.call_id)

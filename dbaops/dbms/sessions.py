@@ -1,0 +1,78 @@
+"""What the runner's sessions connect through, whatever the engine, and the errors they raise.
+
+A :data:`RunEndpoint` (PostgreSQL's :class:`~dbaops.dbms.postgres.endpoint.Endpoint` or TiDB's
+:class:`~dbaops.dbms.tidb.endpoint.TidbEndpoint`) opens :data:`Session` objects with one
+surface (asyncpg's): the workloads, fault actors, checks and preparation use only that. A
+statement the server refused raises one of ``SERVER_ERRORS``, each with a ``sqlstate``
+(PostgreSQL's SQLSTATE, or TiDB's error number as text); a session that is gone raises one of
+``CONNECTION_ERRORS`` (reconnect if it should)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import asyncpg
+
+from dbaops.dbms.postgres.endpoint import CONNECTION_ERRORS as _PG_CONNECTION_ERRORS
+from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.tidb.connection import MysqlConnection, MysqlConnectionLost, MysqlServerError
+from dbaops.dbms.tidb.endpoint import TidbEndpoint
+
+RunEndpoint: TypeAlias = Endpoint | TidbEndpoint
+Session: TypeAlias = asyncpg.Connection | MysqlConnection
+
+SERVER_ERRORS = (asyncpg.PostgresError, MysqlServerError)
+
+CONNECTION_ERRORS = (
+    *_PG_CONNECTION_ERRORS,
+    MysqlConnectionLost,
+)
+
+#: A server error that means the connection is unusable, as well as the statement failed.
+LOST_ERRORS = (asyncpg.PostgresConnectionError, *CONNECTION_ERRORS)
+
+
+@dataclass(frozen=True)
+class SessionDialect:
+    """The few statements the runner's actors phrase per engine."""
+
+    #: One row (pid, backend_start): the session's server-side id and when it started.
+    identity_sql: str
+    #: The ids of every session the server has.
+    session_ids_sql: str
+    #: ``BEGIN`` at an isolation level, as statements to run in order.
+    begin: Callable[[str], list[str]]
+    #: A statement that sleeps this many wall seconds on the server.
+    sleep: Callable[[float], str]
+
+
+_ISOLATION = {
+    "read_committed": "READ COMMITTED",
+    "repeatable_read": "REPEATABLE READ",
+    "serializable": "SERIALIZABLE",
+}
+ISOLATION_LEVELS = tuple(_ISOLATION)
+
+POSTGRES_SESSIONS = SessionDialect(
+    identity_sql="SELECT pid, backend_start::text FROM pg_stat_activity "
+    "WHERE pid = pg_backend_pid()",
+    session_ids_sql="SELECT pid FROM pg_stat_activity",
+    begin=lambda iso: [f"BEGIN ISOLATION LEVEL {_ISOLATION[iso]}"],
+    sleep=lambda s: f"SELECT pg_sleep({s:.3f})",
+)
+
+#: TiDB: pessimistic transactions at READ COMMITTED or REPEATABLE READ (its default);
+#: SERIALIZABLE does not exist there, so it is refused by the server.
+MYSQL_SESSIONS = SessionDialect(
+    identity_sql="SELECT CONNECTION_ID() AS pid, CAST(NOW(6) AS CHAR) AS backend_start",
+    session_ids_sql="SELECT ID FROM information_schema.cluster_processlist",
+    begin=lambda iso: [f"SET TRANSACTION ISOLATION LEVEL {_ISOLATION[iso]}", "BEGIN"],
+    sleep=lambda s: f"SELECT SLEEP({s:.3f})",
+)
+
+
+def session_dialect(conn: Session) -> SessionDialect:
+    """The statements of ``conn``'s engine."""
+    return MYSQL_SESSIONS if isinstance(conn, MysqlConnection) else POSTGRES_SESSIONS

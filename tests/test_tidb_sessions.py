@@ -1,0 +1,155 @@
+"""The runner's sessions on TiDB (:class:`dbaops.dbms.tidb.connection.MysqlConnection` through
+:class:`~dbaops.dbms.tidb.endpoint.TidbEndpoint`), against the real embedded server: the
+asyncpg-shaped surface the workloads, actors and checks use, errors by MySQL error number,
+lost sessions, timeouts, transactions; and a TiDB scenario's static problems."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dbaops.dbms.sessions import (
+    CONNECTION_ERRORS,
+    LOST_ERRORS,
+    SERVER_ERRORS,
+    session_dialect,
+)
+from dbaops.dbms.tidb.binary import TidbBinary
+from dbaops.dbms.tidb.connection import MysqlConnectionLost, MysqlServerError, fill_placeholders
+from dbaops.dbms.tidb.server import TidbServer
+from dbaops.scenario.loader import ScenarioError, load_scenario, timelines_dir
+from dbaops.testing.tidb import tidb_with_agent
+
+pytestmark = pytest.mark.anyio
+
+
+def test_placeholders_are_filled_with_mysql_literals_outside_quotes() -> None:
+    sql = "SELECT '$1', `$2`, $1, $2 /* $1 */ FROM t WHERE a = $3 -- $2"
+    out = fill_placeholders(sql, [7, "it's a \\ test", None])
+    assert out == (
+        "SELECT '$1', `$2`, 7, 'it\\'s a \\\\ test' /* $1 */ FROM t WHERE a = NULL -- $2"
+    )
+    assert fill_placeholders("SELECT '%s' % 2", []) == "SELECT '%s' % 2"
+
+
+def test_errors_are_classified_alike_for_both_engines() -> None:
+    assert issubclass(MysqlServerError, SERVER_ERRORS)
+    assert issubclass(MysqlConnectionLost, CONNECTION_ERRORS)
+    assert issubclass(MysqlConnectionLost, LOST_ERRORS)
+    assert MysqlServerError(1213, "Deadlock found").sqlstate == "1213"
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def server(tidb_binary: TidbBinary) -> AsyncIterator[TidbServer]:
+    async with tidb_with_agent("pytest-tidb-sessions", tidb_binary) as started:
+        yield started
+
+
+async def test_the_surface_the_runner_uses(server: TidbServer) -> None:
+    endpoint = server.endpoint("shop")
+    conn = await endpoint.harness_connect()
+    try:
+        assert await conn.fetchval("SELECT @@SESSION.max_execution_time") == 0
+        assert await conn.fetchval("SELECT $1 + $2", 2, 3) == 5
+        row = await conn.fetchrow("SELECT 1 AS a, 'x' AS b")
+        assert row is not None and row["b"] == "x" and row[0] == 1 and dict(row.items())["a"] == 1
+        assert await conn.fetch("SELECT 1 FROM DUAL WHERE 1 = 0") == []
+        assert await conn.execute("CREATE TABLE IF NOT EXISTS sess_t (id int PRIMARY KEY)") == "OK"
+        with pytest.raises(MysqlServerError) as failed:
+            await conn.execute("SELECT * FROM no_such_table")
+        assert failed.value.sqlstate == "1146"
+        assert not conn.is_closed()  # a refused statement keeps the session
+        async with conn.transaction():
+            await conn.execute("INSERT INTO sess_t VALUES ($1)", 1)
+            assert conn.is_in_transaction()
+        assert not conn.is_in_transaction()
+        with pytest.raises(MysqlServerError):
+            async with conn.transaction():
+                await conn.execute("INSERT INTO sess_t VALUES (2)")
+                await conn.execute("INSERT INTO sess_t VALUES (1)")  # duplicate key
+        assert await conn.fetchval("SELECT count(*) FROM sess_t") == 1  # rolled back
+        identity = await conn.fetchrow(session_dialect(conn).identity_sql)
+        assert identity is not None and identity["pid"] == conn.get_server_pid()
+    finally:
+        await conn.close()
+
+
+async def test_a_killed_session_is_lost_and_a_timed_out_call_closes_it(
+    server: TidbServer,
+) -> None:
+    endpoint = server.endpoint("shop")
+    admin = await endpoint.harness_connect()
+    await admin.execute("CREATE USER IF NOT EXISTS 'app'@'%' IDENTIFIED BY ''")
+    await admin.execute("GRANT SELECT ON shop.* TO 'app'@'%'")
+    client = await endpoint.connect("app", "pytest")
+    try:
+        assert await client.fetchval("SELECT CURRENT_USER()") == "app@%"
+        await admin.execute(f"KILL {client.get_server_pid()}")
+        with pytest.raises(MysqlConnectionLost):
+            await client.fetchval("SELECT 1")
+        assert client.is_closed()
+        with pytest.raises(TimeoutError):
+            await admin.fetchval(session_dialect(admin).sleep(5), timeout=0.2)
+        assert admin.is_closed()  # cut off mid-protocol: not reusable
+    finally:
+        await client.close()
+        await admin.close()
+
+
+async def test_begin_at_an_isolation_level_is_tidb_syntax(server: TidbServer) -> None:
+    endpoint = server.endpoint("shop")
+    conn, other = await endpoint.connect(), await endpoint.connect()
+    try:
+        await other.execute("CREATE TABLE IF NOT EXISTS iso_t (id int PRIMARY KEY)")
+        for level, sees_the_commit in (("read_committed", True), ("repeatable_read", False)):
+            await other.execute("DELETE FROM iso_t")
+            for statement in session_dialect(conn).begin(level):
+                await conn.execute(statement)
+            assert conn.is_in_transaction()
+            assert await conn.fetchval("SELECT count(*) FROM iso_t") == 0
+            await other.execute("INSERT INTO iso_t VALUES (1)")  # autocommit
+            seen = await conn.fetchval("SELECT count(*) FROM iso_t")
+            assert seen == (1 if sees_the_commit else 0), level
+            await conn.execute("ROLLBACK")
+    finally:
+        await conn.close()
+        await other.close()
+
+
+# -- a TiDB scenario's static problems --------------------------------------------------------
+def _variant(tmp_path: Path, **changes: object) -> Path:
+    data = yaml.safe_load((timelines_dir() / "tb-qp-01.yaml").read_text())
+    data.update(changes)
+    path = tmp_path / "tb-variant.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_the_library_scenario_loads(tmp_path: Path) -> None:
+    sc, lib, _ = load_scenario(_variant(tmp_path))
+    assert sc.engine == "tidb" and lib.engine == "tidb"
+
+
+def test_a_tidb_scenario_names_what_it_cannot_use(tmp_path: Path) -> None:
+    prep = yaml.safe_load((timelines_dir() / "tb-qp-01.yaml").read_text())["preparation"]
+    prep["activation"].append({"kind": "signal_process", "signal": "STOP"})
+    with pytest.raises(ScenarioError) as bad:
+        load_scenario(_variant(tmp_path, database={"library": "shop"}, preparation=prep))
+    text = str(bad.value)
+    assert "'shop' is written for postgres, the scenario runs on tidb" in text
+    assert "fault 'signal_process' is not available on TiDB" in text
+
+
+def test_sql_is_checked_in_the_mysql_dialect(tmp_path: Path) -> None:
+    reference = {"steps": [{"tool": "execute_sql", "args": {"sql": "SELEC 1"}}]}
+    with pytest.raises(ScenarioError) as bad:
+        load_scenario(_variant(tmp_path, reference=reference))
+    assert "reference.steps[0].args.sql: SQL does not parse (MySQL dialect)" in str(bad.value)
