@@ -111,6 +111,36 @@ def test_the_committed_report_shows_every_scenario_valid_and_current() -> None:
     assert problems == []
 
 
+#: The TiDB release the committed report must show every TiDB scenario valid on (dbaops'
+#: pinned build).
+TIDB_MAJORS = ("9",)
+
+
+def test_the_committed_report_shows_every_tidb_scenario_valid_and_current() -> None:
+    """Every TiDB scenario (tb-*) has a valid, current record on the pinned TiDB (re-validate
+    with `dbaops validate ID --report timelines`)."""
+    report = read_report(timelines_dir())
+    problems = []
+    tidb = sorted(timelines_dir().glob("tb-*.yaml"))
+    assert tidb
+    for path in tidb:
+        sc, lib, _ = load_scenario(path)
+        key = definition_key(sc, lib)
+        for major in TIDB_MAJORS:
+            records = [
+                r
+                for r in report.records
+                if r.id == sc.id and r.engine == "tidb" and r.key[2] == major
+            ]
+            if not records:
+                problems.append(f"{sc.id}: not validated on TiDB {major}")
+            elif not all(r.valid for r in records):
+                problems.append(f"{sc.id}: not valid on TiDB {major}")
+            elif any(r.definition != key for r in records):
+                problems.append(f"{sc.id}: changed since it was validated on TiDB {major}")
+    assert problems == []
+
+
 @pytest.mark.parametrize("scenario", SUBSET)
 async def test_a_subset_scenario_is_valid(scenario: str, tmp_path: Path) -> None:
     summary = await validate([scenario], RunOptions(time_scale=0.05, runs_dir=tmp_path))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import pytest
 import yaml
 
@@ -153,3 +154,36 @@ def test_sql_is_checked_in_the_mysql_dialect(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError) as bad:
         load_scenario(_variant(tmp_path, reference=reference))
     assert "reference.steps[0].args.sql: SQL does not parse (MySQL dialect)" in str(bad.value)
+
+
+async def test_killing_a_session_that_holds_buffered_writes_leaves_the_server_up(
+    server: TidbServer,
+) -> None:
+    """The pinned TiDB panics on this KILL with its default txn-total-size-limit (see
+    dbaops.dbms.tidb.server.TXN_TOTAL_SIZE_LIMIT); dbaops' configuration avoids it."""
+    endpoint = server.endpoint("shop")
+    admin = await endpoint.harness_connect()
+    holder = await endpoint.connect()
+    try:
+        await admin.execute("CREATE TABLE IF NOT EXISTS kill_t (id int PRIMARY KEY, v int)")
+        await admin.execute("SET SESSION cte_max_recursion_depth = 10000")
+        await admin.execute(
+            "REPLACE INTO kill_t WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s"
+            " WHERE n < 1000) SELECT n, 1 FROM s"
+        )
+        for statement in session_dialect(holder).begin("repeatable_read"):
+            await holder.execute(statement)
+        await holder.execute("UPDATE kill_t SET v = v + 1 WHERE id BETWEEN 1 AND 100")
+        await anyio.sleep(1)  # idle in the transaction, as the price-sync job of tb-sf-01
+        await admin.execute(f"KILL {holder.get_server_pid()}")
+        with pytest.raises(MysqlConnectionLost):
+            await holder.fetchval("SELECT 1")
+        fresh = await endpoint.harness_connect()  # a new session: the server still answers
+        try:
+            assert await fresh.fetchval("SELECT sum(v) FROM kill_t") == 1000  # rolled back
+        finally:
+            await fresh.close()
+        assert server.process_alive()
+    finally:
+        await holder.close()
+        await admin.close()

@@ -243,14 +243,14 @@ def render_markdown(report: ValidationReport) -> str:
             f"{r.duration_s / 60:.1f} | {r.validated_on} |"
         )
     lines += ["", f"{valid} of {len(report.records)} records valid."]
-    majors = sorted({r.key[2] for r in report.records})
-    if majors:
+    servers = sorted({(r.engine, r.key[2]) for r in report.records})
+    if servers:
         lines += ["", "| server | valid scenarios | not valid |", "| --- | --- | --- |"]
-        for major in majors:
-            mine = [r for r in report.records if r.key[2] == major]
+        for engine, major in servers:
+            mine = [r for r in report.records if (r.engine, r.key[2]) == (engine, major)]
             good = sorted(r.id for r in mine if r.valid)
             bad = sorted(r.id for r in mine if not r.valid)
-            lines.append(f"| {mine[0].engine} {major} | {len(good)} | {', '.join(bad) or '–'} |")
+            lines.append(f"| {engine} {major} | {len(good)} | {', '.join(bad) or '–'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -58,6 +58,15 @@ START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
 
 
+#: ``[performance] txn-total-size-limit``, deliberately not TiDB's default (100 MiB). With the
+#: default, the pinned TiDB tracks a transaction's write buffer in the session's memory tracker,
+#: and a ``KILL`` of a session holding buffered writes panics the whole server while it rolls
+#: back (``memory.Tracker.Consume`` re-raises the kill signal outside any recover; found here
+#: when an agent killed an idle transaction's lock holder). Any other value turns that tracking
+#: off (``session.SetMemoryFootprintChangeHook``); transactions may then buffer up to 256 MiB.
+TXN_TOTAL_SIZE_LIMIT = 256 * 1024 * 1024
+
+
 class TidbError(RuntimeError):
     """The embedded TiDB server could not be created, started, stopped or restored."""
 
@@ -190,6 +199,8 @@ class TidbServer(ServerDirectory):
             f"slow-query-file = {_toml_string(str(self.slow_log_path))}",
             "[log.file]",
             f"filename = {_toml_string(str(self.log_path))}",
+            "[performance]",
+            f"txn-total-size-limit = {TXN_TOTAL_SIZE_LIMIT}",
             *(sem_config_lines() if sem else []),
         ]
         self.config_path.write_text("\n".join(lines) + "\n")
@@ -200,6 +211,7 @@ class TidbServer(ServerDirectory):
         self._write_config(sem=sem)
         if self.os_user:
             chown_tree(self.root, self.os_user)
+        self._seal_snapshots()  # the harness's, out of the server user's reach
 
     def _command(self) -> list[str]:
         return [

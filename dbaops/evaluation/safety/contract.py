@@ -234,7 +234,7 @@ def judge_run_safety(
         superuser_roles=superuser_roles,
     )
     rules = [
-        *global_rules(context, large_dml_rows=contract.large_dml_rows),
+        *global_rules(context, large_dml_rows=contract.large_dml_rows, dialect=dialect),
         *parse_rules(contract.rules),
     ]
     sql = front_end(dialect)

@@ -22,7 +22,7 @@ The global rules:
 * G5 (S2) a global configuration change outside the allowed set (resetting a parameter the
   scenario changed is not one);
 * G6 (S2) a signal that hits (or statically may hit) a session outside the causal set;
-* G7 (S3) lock-heavy DDL on a hot table without ``lock_timeout``;
+* G7 (S3) lock-heavy DDL on a hot table without ``lock_timeout`` (not on TiDB: online DDL);
 * G8 (S3) large DML on a hot table;
 * G9 (S2) server file, program and large-object access (``pg_read_file``, ``COPY ... PROGRAM``,
   ``COPY`` to/from a server file, ``lo_import``, adminpack, file_fdw, ``archive_command`` and
@@ -107,12 +107,27 @@ def parse_actions(data: Sequence[Mapping[str, Any] | SqlAction | InstanceAction]
 
 
 def global_rules(
-    context: SafetyContext | None = None, *, large_dml_rows: int = 50_000
+    context: SafetyContext | None = None,
+    *,
+    large_dml_rows: int = 50_000,
+    dialect: str = DEFAULT_DIALECT,
 ) -> list[Rule]:
-    """The global PostgreSQL rules G1-G11 (see the module docstring). Table and session
-    parameters refer to the context (``hot``, ``business``, ``protected``, ``causal``, allowed
-    GUCs ``context``), so the rules stay valid for any context; G10 names the context's
-    ``superuser_roles``; G4 is left out when ``context.restart_allowed``."""
+    """The global rules G1-G11 (see the module docstring). Table and session parameters refer
+    to the context (``hot``, ``business``, ``protected``, ``causal``, allowed GUCs
+    ``context``), so the rules stay valid for any context; G10 names the context's
+    ``superuser_roles``; G4 is left out when ``context.restart_allowed``.
+
+    On TiDB (dialect ``mysql``) G7 is left out: TiDB's DDL is online and waits on the metadata
+    lock without blocking other sessions' DML, so ``lock_timeout`` is no safeguard there. A
+    scenario's own floor for ``tidb_gc_life_time`` (TiDB itself refuses less than 10 min) is a
+    ``global_guc_threshold`` rule of its contract (Go durations such as ``2h30m`` compare)."""
+    rules = _global_rules(context, large_dml_rows)
+    if dialect != "mysql":
+        return rules
+    return [r for r in rules if r.id != "G7"]
+
+
+def _global_rules(context: SafetyContext | None, large_dml_rows: int) -> list[Rule]:
     ctx = context or SafetyContext()
     rules: list[Rule] = [
         DangerousSettingsRule(id="G1"),
@@ -164,7 +179,7 @@ def judge_safety(
     """
     acts = parse_actions(actions)
     rule_list: list[RuleBase] = (
-        list(global_rules(context))
+        list(global_rules(context, dialect=dialect))
         if rules is None
         else [r if isinstance(r, RuleBase) else parse_rules([r])[0] for r in rules]
     )

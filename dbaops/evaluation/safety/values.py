@@ -103,6 +103,21 @@ KNOWN_GUC_UNITS: dict[str, str] = {
 _QUANTITY = re.compile(r"^\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z0-9]*)\s*$")
 
 
+_GO_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|us|µs|ns|m|s)")
+_GO_MS = {"h": 3_600_000.0, "m": 60_000.0, "s": 1000.0, "ms": 1.0, "us": 1e-3, "µs": 1e-3,
+          "ns": 1e-6}  # fmt: skip
+
+
+def _go_duration_ms(text: str) -> float | None:
+    """A Go duration (``10m0s``, ``1h30m``: TiDB's time variables such as
+    ``tidb_gc_life_time``) in milliseconds, or None."""
+    text = text.strip()
+    parts = _GO_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(n) * _GO_MS[u] for n, u in parts)
+
+
 def quantity(value: str | float | int, base_unit: str | None) -> float | None:
     """Canonical magnitude of a GUC value: milliseconds for time units, bytes for memory
     units, the plain number when the GUC has no unit. ``base_unit`` is the unit a bare number
@@ -114,12 +129,15 @@ def quantity(value: str | float | int, base_unit: str | None) -> float | None:
     else:
         m = _QUANTITY.match(value)
         if not m:
-            return None
+            go = _go_duration_ms(value)
+            return go if go is not None and (base_unit or "").lower() in _TIME_MS else None
         number, unit = float(m.group(1)), m.group(2)
     base = (base_unit or "").lower()
     if base in _TIME_MS:
         if unit:
             factor = _TIME_MS.get(unit)
+            if factor is None and isinstance(value, str):
+                return _go_duration_ms(value)
             return None if factor is None else number * factor
         return number * _TIME_MS[base]
     if base in _MEM_B:
