@@ -468,12 +468,14 @@ async def _prepare(ctx: RunContext, backend: RunBackend) -> Prepared:
         await await_standby(backend, sc.database.replica)
         standby_endpoint = backend.standby_for(lib.database)
     follower: ServerLogFollower | None = None
-    log_files = backend.log_files()
-    if "primary" in log_files:
-        follower = ServerLogFollower(log_files["primary"], ctx.rd.server_log)
-        ctx.followers.append(follower)
-    if standby_endpoint is not None and "standby" in log_files:
-        ctx.followers.append(ServerLogFollower(log_files["standby"], ctx.rd.standby_log, "standby"))
+    engine = ctx.engine.name
+    for role, source in backend.log_files().items():
+        if role == "standby" and standby_endpoint is None:
+            continue
+        log_follower = ServerLogFollower(source, ctx.rd.engine_log(engine, role), role)
+        ctx.followers.append(log_follower)
+        if role == "primary":
+            follower = log_follower
     return Prepared(backend, meta, endpoint, standby_endpoint, follower)
 
 
@@ -542,7 +544,7 @@ def _equip(ctx: RunContext, prepared: Prepared) -> Equipment:
     follower = prepared.follower
     sources = CheckSources(
         metrics=sampler.snapshot if sampler else None,
-        server_log=rd.server_log if follower else None,
+        server_log=follower.target if follower else None,
         refresh_server_log=follower.copy_new if follower else None,
         standby=prepared.standby_endpoint,
     )

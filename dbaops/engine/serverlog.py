@@ -9,12 +9,12 @@ import anyio
 
 
 class ServerLogFollower:
-    """Tails the server's log file from the run's start offset into ``postgresql.log``."""
+    """Tails one server log file from the run's start offset into the run directory."""
 
     def __init__(self, source: Path, target: Path, role: str = "primary") -> None:
         self.source = source
         self.target = target
-        self.role = role  # which server of the run (primary, standby)
+        self.role = role  # which log of the run (primary, standby; TiDB's slow log)
         self._offset = source.stat().st_size if source.exists() else 0
         self._start = self._offset
 

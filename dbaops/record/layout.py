@@ -6,8 +6,9 @@ Layout of ``runs/<scenario>/<run-id>/``::
     trace.jsonl        typed records (:mod:`dbaops.record.kinds`), appended and fsynced
     samples/part-*.parquet, samples.parquet   SLO samples (parts while running, compacted at end)
     metrics/part-*.parquet, metrics.parquet   metric samples
-    postgresql.log     the server log lines written during the run
+    postgresql.log     the server log lines written during the run (PostgreSQL)
     standby.log        the replica profile's standby's log lines (runs with a standby)
+    tidb.log, tidb-slow.log   TiDB's server log and slow query log lines (TiDB runs)
     mailbox.md         the durable mailbox (persistent runs)
     model_messages/    the request messages of model calls, by content hash
     judgments.jsonl    stored LLM-judge decisions (``dbaops judge``)
@@ -29,6 +30,14 @@ METRICS_FILE = "metrics.parquet"
 METRICS_PARTS = "metrics"
 SERVER_LOG_FILE = "postgresql.log"
 STANDBY_LOG_FILE = "standby.log"
+#: The run-directory file of each server log, by engine and log role (what the engine's
+#: backend calls it in ``log_files()``).
+SERVER_LOG_FILES = {
+    ("postgres", "primary"): SERVER_LOG_FILE,
+    ("postgres", "standby"): STANDBY_LOG_FILE,
+    ("tidb", "primary"): "tidb.log",
+    ("tidb", "slow"): "tidb-slow.log",
+}
 MAILBOX_FILE = "mailbox.md"
 MODEL_MESSAGES_DIR = "model_messages"
 JUDGMENTS_FILE = "judgments.jsonl"
@@ -74,6 +83,10 @@ class RunDir:
     @property
     def standby_log(self) -> Path:
         return self.path / STANDBY_LOG_FILE
+
+    def engine_log(self, engine: str, role: str) -> Path:
+        """Where the run keeps ``engine``'s log of ``role`` (primary, standby, slow)."""
+        return self.path / SERVER_LOG_FILES[(engine, role)]
 
     @property
     def mailbox(self) -> Path:

@@ -43,6 +43,11 @@ def _row_filled(sql: str, for_each: str | None) -> str:
     return re.sub(r"\{\w+\}", "0", sql) if for_each is not None else sql
 
 
+#: Statements sqlglot does not know all of TiDB's grammar for (partitions, placement policies,
+#: resource groups, index visibility): TiDB itself checks them when they run.
+_SERVER_CHECKED = {"ALTER", "CREATE", "DROP", "GRANT", "REVOKE", "ANALYZE", "ADMIN", "SHOW"}
+
+
 def _mysql_problem(sql: str) -> str | None:
     import logging
 
@@ -50,13 +55,17 @@ def _mysql_problem(sql: str) -> str | None:
     from sqlglot.errors import ParseError, TokenError
 
     from dbaops.dbms.tidb.connection import fill_placeholders
+    from dbaops.dbms.tidb.sql_session import split_statements
 
-    text = fill_placeholders(sql, [0] * 32)
     quiet = logging.getLogger("sqlglot")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # "falling back to parsing as a Command" is not a problem
     try:
-        sqlglot.parse(text, read="mysql")
+        for statement in split_statements(fill_placeholders(sql, [0] * 32)):
+            words = re.sub(r"/\*.*?\*/", " ", statement, flags=re.S).split(None, 1)
+            if not words or words[0].upper() in _SERVER_CHECKED:
+                continue
+            sqlglot.parse(statement, read="mysql")
     except (ParseError, TokenError) as exc:
         return f"SQL does not parse (MySQL dialect): {str(exc).splitlines()[0][:300]}"
     finally:
