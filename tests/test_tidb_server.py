@@ -204,14 +204,16 @@ async def test_one_run_at_a_time_and_leftovers_are_stopped(tidb: TidbServer) -> 
     await second.start()
     pid = second.pid
     assert pid is not None
-    second.release()
-    # a crashed harness left the server running: the next open of the same name stops it
-    third = await TidbServer.open("pytest-tidb-other", tidb.binary)
-    assert process_gone(pid)
-    third.acquire()
+    # another run opening the same name while this one holds it: refused, the server untouched
+    intruder = await TidbServer.open("pytest-tidb-other", tidb.binary)
     with pytest.raises(TidbError, match="in use by another dbaops run"):
-        other = await TidbServer.open("pytest-tidb-other", tidb.binary)
-        other.acquire()
+        intruder.acquire()
+    assert not process_gone(pid) and second.process_alive()
+    second.release()
+    # a crashed harness left the server running: the next run taking the name stops it
+    third = await TidbServer.open("pytest-tidb-other", tidb.binary)
+    third.acquire()
+    assert process_gone(pid)
     await third.dispose()
 
 

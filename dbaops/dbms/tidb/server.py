@@ -141,9 +141,14 @@ class TidbServer(ServerDirectory):
         flavor = "tidb-" + version.lstrip("v")
         root, snapshots = cluster_paths(name, dbaops_home(), flavor, snapshot_group, os_user)
         executable = await anyio.to_thread.run_sync(_accessible_binary, found.path, os_user)
-        server = cls(root, TidbBinary(executable, found.source), version, os_user, snapshots)
-        server._kill_leftover()
-        return server
+        return cls(root, TidbBinary(executable, found.source), version, os_user, snapshots)
+
+    def acquire(self) -> None:
+        """Take the directory for this run, then stop a server a crashed harness left running
+        on it (only once the directory is ours: another live run's server is not a
+        leftover)."""
+        super().acquire()
+        self._kill_leftover()
 
     # -- paths ----------------------------------------------------------------------------
     @property
