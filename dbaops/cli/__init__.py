@@ -57,15 +57,16 @@ def list_cmd() -> None:
     """List the scenario library (and any file that fails to load, with its error)."""
     from dbaops.scenario.loader import ScenarioError, list_scenarios
 
-    table = Table("id", "mode", "domain", "level", "horizon / time budget", "title")
+    table = Table("id", "engine", "mode", "domain", "level", "horizon / time budget", "title")
     bad = 0
     for path, item in list_scenarios():
         if isinstance(item, ScenarioError):
             bad += 1
-            table.add_row(path.stem, "[red]invalid[/red]", "", "", "", escape(str(item)[:100]))
+            table.add_row(path.stem, "", "[red]invalid[/red]", "", "", "", escape(str(item)[:100]))
         else:
             table.add_row(
                 item.id,
+                item.engine,
                 item.mode,
                 item.domain,
                 item.difficulty or "",
@@ -79,16 +80,20 @@ def list_cmd() -> None:
 
 
 def library_summary(scenarios: list[Any]) -> str:
-    """One line per mode: how many scenarios, by domain and level (the paper's Table 1)."""
+    """One line per engine and mode: how many scenarios, by domain and level (the paper's
+    Table 1, whose strata are the engines)."""
     lines = []
-    for mode in ("bounded", "persistent"):
-        mine = [s for s in scenarios if s.mode == mode]
-        domains: dict[str, list[int]] = {}
-        for s in mine:
-            counts = domains.setdefault(s.domain or "-", [0, 0])
-            counts[0 if s.difficulty != "hard" else 1] += 1
-        by = ", ".join(f"{d} {e}/{h}" for d, (e, h) in sorted(domains.items()))
-        lines.append(f"{len(mine)} {mode} ({by or 'none'}; easy/hard)")
+    for engine in sorted({s.engine for s in scenarios}):
+        for mode in ("bounded", "persistent"):
+            mine = [s for s in scenarios if s.mode == mode and s.engine == engine]
+            if not mine:
+                continue
+            domains: dict[str, list[int]] = {}
+            for s in mine:
+                counts = domains.setdefault(s.domain or "-", [0, 0])
+                counts[0 if s.difficulty != "hard" else 1] += 1
+            by = ", ".join(f"{d} {e}/{h}" for d, (e, h) in sorted(domains.items()))
+            lines.append(f"{engine}: {len(mine)} {mode} ({by}; easy/hard)")
     return "\n".join(lines)
 
 
