@@ -169,13 +169,18 @@ LIBRARY = WorkloadLibrary.model_validate(
         "transactions": {
             "slow": {"role": "app_rw", "statements": [{"sql": "SELECT pg_sleep(3600)"}]},
             "broken": {"role": "app_rw", "statements": [{"sql": "SELECT 1 / 0"}]},
+            "quick": {"role": "app_rw", "statements": [{"sql": "SELECT 1"}]},
         },
     }
 )
 
 
 async def _drive(
-    pg_cluster: PostgresCluster, client: dict[str, object], app: str, template: str = "slow"
+    pg_cluster: PostgresCluster,
+    client: dict[str, object],
+    app: str,
+    template: str = "slow",
+    start_s: float | None = None,
 ) -> pl.DataFrame:
     admin = await pg_cluster.connect()
     try:
@@ -192,6 +197,7 @@ async def _drive(
             "deadline_ms": 100,
             "timeout_ms": 2000,
             "connections": 2,
+            "start_s": start_s,
             "stop_s": 1.0,
             "client": client,
         }
@@ -295,6 +301,49 @@ async def test_a_leaking_client_ramps_its_idle_connections_up_to_its_maximum(
     # ...and ramps: the client waited 1/per_s between connections (on the server's clock)
     starts = max(seen, key=len)
     assert all(b - a >= 0.9 / 20 for a, b in itertools.pairwise(starts))
+
+
+async def test_a_prefilled_pool_opens_every_connection_before_its_first_unit(
+    pg_cluster: PostgresCluster,
+) -> None:
+    """A pool with ``prefill`` connects all its slots when the workload starts (sessions that
+    exist before a fault copy what the fault set), not one slot per unit as the load needs."""
+    app = "prefilled-pool"
+    admin = await pg_cluster.connect()
+    try:
+        before_units: list[int] = []
+        clock_started = anyio.Event()
+
+        async def watch() -> None:
+            await clock_started.wait()
+            while True:
+                n = await admin.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app
+                )
+                before_units.append(int(n))
+                await anyio.sleep(0.02)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            clock_started.set()
+            # no unit arrives before 0.9 s of the 1 s run: the sessions seen are the prefill
+            frame = await _drive(pg_cluster, {"prefill": True}, app, "quick", start_s=0.9)
+            tg.cancel_scope.cancel()
+    finally:
+        await admin.close()
+    assert max(before_units) == 2  # both of the pool's connections
+    assert frame.filter(pl.col("outcome") == "error").height == 0
+    with pytest.raises(ValueError, match="prefill needs a pool"):
+        OltpWorkload.model_validate(
+            {
+                "name": "w",
+                "mix": {"quick": 1},
+                "rate_per_s": 1,
+                "deadline_ms": 10,
+                "connect_per_unit": True,
+                "client": {"prefill": True},
+            }  # fmt: skip
+        )
 
 
 async def test_a_server_error_under_an_attempt_timeout_is_the_units_error_not_a_crash(

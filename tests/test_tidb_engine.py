@@ -59,6 +59,20 @@ def test_slow_log_records_are_stamped_on_their_first_line() -> None:
     assert slow_log_stamp("select 1;") is None
 
 
+def test_the_agents_logs_leave_out_the_harness_user() -> None:
+    from dbaops.dbms.tidb.serverlog import without_harness_lines, without_harness_records
+
+    slow = [
+        "# Time: 2026-12-02T20:01:02.1+00:00", "# User@Host: root[root] @ 127.0.0.1",
+        "SELECT check_sql;",
+        "# Time: 2026-12-02T20:01:03.1+00:00", "# User@Host: app_rw[app_rw] @ 127.0.0.1",
+        "SELECT app_sql;",
+    ]  # fmt: skip
+    assert without_harness_records(slow) == slow[3:]
+    lines = ["[..] [WARN] [x.go:1] [q] [user=root] [sql=check]", "[..] [WARN] [q] [user=app_rw]"]
+    assert without_harness_lines(lines) == lines[1:]
+
+
 def test_reference_units() -> None:
     [err] = error_units("[\"kv:9007\"]\nerror = '''\nWrite conflict\n'''\nworkaround = 'retry'\n")
     assert err.title == "error 9007 kv:9007" and "Workaround: retry" in err.body
@@ -185,8 +199,19 @@ async def test_the_agent_tools_on_tidb(backend: TidbBackend, tmp_path: Path) -> 
             observations, ToolRecorder(records.append, clock),  # type: ignore[arg-type]
         )  # fmt: skip
         assert set(tools.catalog) == set(AGENT_TOOLS)
+        # the harness's own statement (as its checks run): the agent must not read it
+        await execute(admin, "SELECT 'harness_marker_42' AS m FROM DUAL")
         await tools.open()
+        await tools.begin()
         try:
+            summary = await tools.catalog["execute_sql"].handler(
+                {"sql": "SELECT QUERY_SAMPLE_TEXT FROM information_schema.statements_summary"}
+            )
+            assert summary.ok and "harness_marker_42" not in summary.observation
+            hidden = await tools.catalog["read_log"].handler(
+                {"source": "slow", "pattern": "harness_marker"}
+            )
+            assert hidden.ok and "harness_marker_42" not in hidden.observation
             sql = await tools.catalog["execute_sql"].handler(
                 {"sql": "SELECT CURRENT_USER() AS me, count(*) AS n FROM t"}
             )
@@ -206,7 +231,7 @@ async def test_the_agent_tools_on_tidb(backend: TidbBackend, tmp_path: Path) -> 
     finally:
         await execute(admin, "SET GLOBAL tidb_slow_log_threshold = 300")
         admin.close()
-    assert len(records) == 6  # every call recorded
+    assert len(records) == 8  # every call recorded
 
 
 async def test_the_react_agent_works_a_tidb_ticket_with_the_tidb_catalog(

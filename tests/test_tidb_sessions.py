@@ -21,6 +21,7 @@ from dbaops.dbms.sessions import (
 from dbaops.dbms.tidb.binary import TidbBinary
 from dbaops.dbms.tidb.connection import MysqlConnectionLost, MysqlServerError, fill_placeholders
 from dbaops.dbms.tidb.server import TidbServer
+from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.scenario.loader import ScenarioError, load_scenario, timelines_dir
 from dbaops.testing.tidb import tidb_with_agent
 
@@ -94,6 +95,10 @@ async def test_a_killed_session_is_lost_and_a_timed_out_call_closes_it(
     try:
         assert await client.fetchval("SELECT CURRENT_USER()") == "app@%"
         await admin.execute(f"KILL {client.get_server_pid()}")
+        # seen before it is used (as asyncpg sees it), so a pool does not hand it out
+        with anyio.fail_after(60):
+            while not client.is_closed():  # noqa: ASYNC110 - polling the socket's state
+                await anyio.sleep(0.01)
         with pytest.raises(MysqlConnectionLost):
             await client.fetchval("SELECT 1")
         assert client.is_closed()
@@ -147,6 +152,22 @@ def test_a_tidb_scenario_names_what_it_cannot_use(tmp_path: Path) -> None:
     text = str(bad.value)
     assert "'shop' is written for postgres, the scenario runs on tidb" in text
     assert "fault 'signal_process' is not available on TiDB" in text
+
+
+async def test_a_cluster_scenario_is_refused_on_the_embedded_server(tmp_path: Path) -> None:
+    """``topology: cluster`` (PD, TiKV or TiFlash needed) is refused, naming the way to run it,
+    before any server starts; the setting is TiDB's only."""
+    variant = _variant(tmp_path, topology="cluster")
+    result = await run_scenario(variant, RunOptions(runs_dir=tmp_path / "runs", agent="noop"))
+    assert result.status == "refused"
+    assert result.reason is not None and "needs a TiDB cluster" in result.reason
+    assert "--dsn mysql://" in result.reason
+    data = yaml.safe_load((timelines_dir() / "pg-qt-01.yaml").read_text())
+    data["topology"] = "cluster"
+    pg = tmp_path / "pg-variant.yaml"
+    pg.write_text(yaml.safe_dump(data))
+    with pytest.raises(ScenarioError, match="topology: a TiDB setting"):
+        load_scenario(pg)
 
 
 def test_sql_is_checked_in_the_mysql_dialect(tmp_path: Path) -> None:

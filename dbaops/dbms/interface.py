@@ -148,6 +148,12 @@ class AgentTools(Protocol):
         """Connect the agent's session before the faults start (as a DBA's psql would be)."""
         ...
 
+    async def begin(self) -> None:
+        """The agent starts now (after the warm-up and the manifestation checks): drop what
+        the server's statement statistics hold of the harness's own statements, where its
+        sessions cannot be kept out of them (their SQL is scenario internals)."""
+        ...
+
     async def close(self) -> None: ...
 
 

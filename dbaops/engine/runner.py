@@ -417,6 +417,12 @@ def _backend_of(sc: Scenario, options: RunOptions) -> Literal["embedded", "docke
     """Where the run's server runs; a scenario whose faults need a container refuses the
     embedded server and a user's own."""
     chosen = options.backend or sc.backend or "embedded"
+    if sc.topology == "cluster" and not options.dsn:
+        raise RunRefused(
+            f"{sc.id} needs a TiDB cluster (topology: cluster: PD, TiKV or TiFlash), which the "
+            "embedded tidb-server does not have; run it against your cluster with --dsn "
+            "mysql://USER:PASSWORD@HOST:PORT"
+        )
     if sc.backend == "docker" and (chosen != "docker" or options.dsn):
         raise RunRefused(
             f"{sc.id} needs the docker backend (its faults need a container); run it with "
@@ -720,6 +726,7 @@ async def _timeline(
             tg.cancel_scope.cancel()
             await anyio.lowlevel.checkpoint()
         monitor.phase = "running"
+        await kit.agent_tools.begin()
         trace.write(PhaseRecord(t_scn=clock.now(), phase="timeline_start"))
         # Events due at t = 0 (a bounded run's task) are posted before the agent starts.
         first = [e for e in sc.events if e.at <= 0]

@@ -90,6 +90,8 @@ def _tidb_problems(
             f"{sc.engine}"
         )
     if sc.engine != "tidb":
+        if sc.topology != "standalone":
+            problems.append("topology: a TiDB setting (PostgreSQL scenarios use database.replica)")
         return problems
     if sc.database.replica is not None:
         problems.append("database.replica: TiDB scenarios have no standby")

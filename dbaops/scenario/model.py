@@ -95,6 +95,12 @@ class ClientBehaviour(StrictModel):
         description="the pool replaces a connection after it has run this many statements "
         "(connection churn: every new session pays authentication and per-role settings)",
     )
+    prefill: bool = Field(
+        default=False,
+        description="the pool opens all its connections when the workload starts (a pool "
+        "whose minimum idle is its size), not each at its first unit; for faults that live "
+        "in sessions opened before them (a session copies global settings when it connects)",
+    )
     leak: ConnectionLeak | None = None
 
 
@@ -131,6 +137,12 @@ class OltpWorkload(_TemplateWorkload):
         default=False, description="open a new connection per unit (clients without a pool)"
     )
     client: ClientBehaviour = Field(default_factory=ClientBehaviour)
+
+    @model_validator(mode="after")
+    def _a_pool_to_prefill(self) -> OltpWorkload:
+        if self.client.prefill and self.connect_per_unit:
+            raise ValueError("client.prefill needs a pool; connect_per_unit has none")
+        return self
 
 
 class OlapJob(StrictModel):
@@ -379,6 +391,13 @@ class Scenario(StrictModel):
     mode: Literal["bounded", "persistent"]
     engine: Literal["postgres", "tidb"] = Field(
         default="postgres", description="the database engine the scenario runs on (dbaops.dbms)"
+    )
+    topology: Literal["standalone", "cluster"] = Field(
+        default="standalone",
+        description="TiDB: cluster when the scenario needs PD, TiKV or TiFlash (placement "
+        "that stores satisfy, resource-group refills, TiFlash replicas); such a scenario runs "
+        "only against a user's cluster (--dsn) and is refused with a clear message on the "
+        "embedded tidb-server",
     )
 
     backend: Literal["embedded", "docker"] | None = Field(

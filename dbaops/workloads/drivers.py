@@ -286,6 +286,8 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
         session: TemplateSession | None = None
         loop = asyncio.get_running_loop()
         try:
+            if self.spec.client.prefill:
+                session = await self._prefill(lane.role)
             while True:
                 if lane.backlog:
                     unit = lane.backlog.popleft()
@@ -370,6 +372,15 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
             None,
             (unit.ready - unit.scheduled) * 1000.0,
         )
+
+    async def _prefill(self, role: str) -> TemplateSession | None:
+        """A slot's connection opened when the workload starts; none if that fails (the slot
+        then connects at its first unit, as it would without prefill)."""
+        try:
+            return await self._connect(role, self._timeout_s)
+        except (*SERVER_ERRORS, *CONNECTION_ERRORS) as exc:
+            log.debug("prefill_connect_failed", workload=self.spec.name, error=str(exc)[:200])
+            return None
 
     async def _connect(self, role: str, timeout_s: float) -> TemplateSession:
         conn = await self.endpoint.connect(role, self.spec.app_name, connect_timeout_s=timeout_s)

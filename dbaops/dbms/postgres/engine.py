@@ -67,6 +67,10 @@ class PostgresAgentTools:
         """Connect the primary's session now (the standby's connects on first use)."""
         await self.sessions[0].open()
 
+    async def begin(self) -> None:
+        """Nothing to drop: harness sessions are kept out of pg_stat_statements and the log
+        (:data:`~dbaops.dbms.postgres.endpoint.HIDDEN_SETTINGS`)."""
+
     async def close(self) -> None:
         for session in self.sessions:
             await session.close()

@@ -159,7 +159,16 @@ class MysqlConnection:
         return int(self.raw.server_thread_id[0])
 
     def is_closed(self) -> bool:
-        return bool(self.raw.closed)
+        """Closed here, or ended by the server (KILLed, timed out, the server stopped): the
+        server closes the socket without a word, which the stream has seen as its end. So a
+        pool notices a session the server ended before it hands it out, as asyncpg does."""
+        if self.raw.closed:
+            return True
+        reader = getattr(self.raw, "_reader", None)  # aiomysql's stream of the socket
+        if reader is None or not reader.at_eof():
+            return False
+        self.raw.close()  # the socket's end has been read: release it
+        return True
 
     def is_in_transaction(self) -> bool:
         return not self.raw.closed and bool(self.raw.get_transaction_status())

@@ -30,11 +30,16 @@ from dbaops.dbms.interface import (
     ServerRequest,
 )
 from dbaops.dbms.tidb.agent_role import grant_tidb_dba
-from dbaops.dbms.tidb.endpoint import TidbEndpoint, fetch_value
+from dbaops.dbms.tidb.endpoint import TidbEndpoint, execute, fetch_value
 from dbaops.dbms.tidb.instance_tool import tidb_instance_tool
 from dbaops.dbms.tidb.sampler import TidbMetricSampler
 from dbaops.dbms.tidb.server import TidbError, TidbServer
-from dbaops.dbms.tidb.serverlog import log_line_stamp, slow_log_stamp
+from dbaops.dbms.tidb.serverlog import (
+    log_line_stamp,
+    slow_log_stamp,
+    without_harness_lines,
+    without_harness_records,
+)
 from dbaops.dbms.tidb.sql_session import TidbSqlSession, tidb_sql_tool
 from dbaops.mailbox import Mailbox
 from dbaops.record.kinds import KnowledgeCorpus
@@ -170,11 +175,25 @@ class TidbAgentTools:
     catalog: dict[str, Tool]
     session: TidbSqlSession
     prepare: Callable[[], Any]
+    admin: TidbEndpoint
 
     async def open(self) -> None:
         """Create the agent's user (a fresh password per run), then connect its session."""
         await self.prepare()
         await self.session.open()
+
+    async def begin(self) -> None:
+        """Clear the statements summary (switching it off and on empties it): the agent's
+        PROCESS privilege reads every user's statements there, sample texts included, and
+        TiDB cannot keep one session out of it, so the harness's preparation and
+        manifestation checks would tell the agent what is judged. The workloads refill it.
+        (The agent's logs are filtered of the harness's user instead: ``read_log``.)"""
+        conn = await self.admin.raw_connect()
+        try:
+            await execute(conn, "SET GLOBAL tidb_enable_stmt_summary = OFF")
+            await execute(conn, "SET GLOBAL tidb_enable_stmt_summary = ON")
+        finally:
+            conn.close()
 
     async def close(self) -> None:
         await self.session.close()
@@ -263,6 +282,7 @@ class TidbEngine(DatabaseEngine):
             build_tidb_catalog(backend, session, password, clock, observations, mailbox, recorder),
             session,
             prepare,
+            backend.admin,
         )
 
 
@@ -280,14 +300,15 @@ def build_tidb_catalog(
     from dbaops.tools.catalog import AGENT_TOOLS
 
     logs = observations.server_logs
+    tidb_log, slow_log = logs.get("primary", list), logs.get("slow", list)
     servers = {
         "tidb": ServerLogSource(
-            logs.get("primary", list), log_line_stamp, "the TiDB server log: errors, slow and "
-            "expensive queries, DDL, GC, memory quota actions"
+            lambda: without_harness_lines(tidb_log()), log_line_stamp, "the TiDB server log: "
+            "errors, slow and expensive queries, DDL, GC, memory quota actions"
         ),
         "slow": ServerLogSource(
-            logs.get("slow", list), slow_log_stamp, "the slow query log: each slow statement "
-            "with its time, connection, latency breakdown and plan"
+            lambda: without_harness_records(slow_log()), slow_log_stamp, "the slow query log: "
+            "each slow statement with its time, connection, latency breakdown and plan"
         ),
     }  # fmt: skip
     tools = [

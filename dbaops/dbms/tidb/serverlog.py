@@ -31,3 +31,29 @@ def slow_log_stamp(line: str) -> tuple[float, int] | None:
     if m is None:
         return None
     return datetime.fromisoformat(m[1]).timestamp(), 0
+
+
+#: The harness's own TiDB user (its checks, sampler and fixture run as ``root``).
+HARNESS_USER = "root"
+
+
+def without_harness_lines(lines: list[str], user: str = HARNESS_USER) -> list[str]:
+    """tidb.log as the agent reads it: without the lines TiDB tags with the harness's user
+    (its checks' SQL is scenario internals)."""
+    tag = f"[user={user}]"
+    return [line for line in lines if tag not in line]
+
+
+def without_harness_records(lines: list[str], user: str = HARNESS_USER) -> list[str]:
+    """The slow log as the agent reads it: without the records of the harness's user (its
+    checks' SQL, and TiDB's internal statements, which run as that user too)."""
+    marker = f"# User@Host: {user}["
+    out: list[str] = []
+    record: list[str] = []
+    for line in [*lines, "# Time: end"]:
+        if line.startswith("# Time: "):
+            if not any(r.startswith(marker) for r in record):
+                out.extend(record)
+            record = []
+        record.append(line)
+    return out
