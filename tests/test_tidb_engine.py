@@ -204,10 +204,11 @@ async def test_the_agent_tools_on_tidb(backend: TidbBackend, tmp_path: Path) -> 
         await tools.open()
         await tools.begin()
         try:
-            summary = await tools.catalog["execute_sql"].handler(
-                {"sql": "SELECT QUERY_SAMPLE_TEXT FROM information_schema.statements_summary"}
-            )
-            assert summary.ok and "harness_marker_42" not in summary.observation
+            for table in ("statements_summary", "statements_summary_history"):
+                summary = await tools.catalog["execute_sql"].handler(
+                    {"sql": f"SELECT QUERY_SAMPLE_TEXT FROM information_schema.{table}"}
+                )
+                assert summary.ok and "harness_marker_42" not in summary.observation, table
             hidden = await tools.catalog["read_log"].handler(
                 {"source": "slow", "pattern": "harness_marker"}
             )
@@ -231,7 +232,7 @@ async def test_the_agent_tools_on_tidb(backend: TidbBackend, tmp_path: Path) -> 
     finally:
         await execute(admin, "SET GLOBAL tidb_slow_log_threshold = 300")
         admin.close()
-    assert len(records) == 8  # every call recorded
+    assert len(records) == 9  # every call recorded
 
 
 async def test_the_react_agent_works_a_tidb_ticket_with_the_tidb_catalog(
