@@ -78,8 +78,8 @@ async def test_the_surface_the_runner_uses(server: TidbServer) -> None:
                 await conn.execute("INSERT INTO sess_t VALUES (2)")
                 await conn.execute("INSERT INTO sess_t VALUES (1)")  # duplicate key
         assert await conn.fetchval("SELECT count(*) FROM sess_t") == 1  # rolled back
-        identity = await conn.fetchrow(session_dialect(conn).identity_sql)
-        assert identity is not None and identity["pid"] == conn.get_server_pid()
+        pid, _started = await endpoint.identify(conn)
+        assert pid == conn.get_server_pid()
     finally:
         await conn.close()
 

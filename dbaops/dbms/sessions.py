@@ -38,8 +38,6 @@ LOST_ERRORS = (asyncpg.PostgresConnectionError, *CONNECTION_ERRORS)
 class SessionDialect:
     """The few statements the runner's actors phrase per engine."""
 
-    #: One row (pid, backend_start): the session's server-side id and when it started.
-    identity_sql: str
     #: The ids of every session the server has.
     session_ids_sql: str
     #: ``BEGIN`` at an isolation level, as statements to run in order.
@@ -56,8 +54,6 @@ _ISOLATION = {
 ISOLATION_LEVELS = tuple(_ISOLATION)
 
 POSTGRES_SESSIONS = SessionDialect(
-    identity_sql="SELECT pid, backend_start::text FROM pg_stat_activity "
-    "WHERE pid = pg_backend_pid()",
     session_ids_sql="SELECT pid FROM pg_stat_activity",
     begin=lambda iso: [f"BEGIN ISOLATION LEVEL {_ISOLATION[iso]}"],
     sleep=lambda s: f"SELECT pg_sleep({s:.3f})",
@@ -66,7 +62,6 @@ POSTGRES_SESSIONS = SessionDialect(
 #: TiDB: pessimistic transactions at READ COMMITTED or REPEATABLE READ (its default);
 #: SERIALIZABLE does not exist there, so it is refused by the server.
 MYSQL_SESSIONS = SessionDialect(
-    identity_sql="SELECT CONNECTION_ID() AS pid, CAST(NOW(6) AS CHAR) AS backend_start",
     session_ids_sql="SELECT ID FROM information_schema.cluster_processlist",
     begin=lambda iso: [f"SET TRANSACTION ISOLATION LEVEL {_ISOLATION[iso]}", "BEGIN"],
     sleep=lambda s: f"SELECT SLEEP({s:.3f})",

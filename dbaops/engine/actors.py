@@ -117,10 +117,11 @@ class FaultError(RuntimeError):
     """A fault could not be applied."""
 
 
-async def _identity(conn: Session) -> tuple[int, str]:
-    row = await conn.fetchrow(session_dialect(conn).identity_sql)
-    assert row is not None
-    return int(row["pid"]), str(row["backend_start"])
+async def _identity(conn: Session, ctx: ActorContext) -> tuple[int, str]:
+    """The actor session's server pid and start time, as the harness sees them (on
+    PostgreSQL from a hidden monitoring session, so no identity query of the harness's
+    shows in the fault's own statistics)."""
+    return await ctx.endpoint.identify(conn)
 
 
 async def run_fault(
@@ -166,7 +167,7 @@ async def run_fault(
 
 
 async def _sql(fault: SqlFault, ctx: ActorContext) -> None:
-    conn = await ctx.endpoint.connect(fault.role, fault.application_name, fault.database)
+    conn = await ctx.endpoint.actor_session(fault.role, fault.application_name, fault.database)
     try:
         if fault.in_transaction:
             async with conn.transaction():
@@ -178,7 +179,7 @@ async def _sql(fault: SqlFault, ctx: ActorContext) -> None:
 
 
 async def _set_setting(fault: SetSetting, ctx: ActorContext) -> None:
-    conn = await ctx.endpoint.harness_connect(database="postgres")
+    conn = await ctx.endpoint.harness_connect(database="postgres", admin=True)
     try:
         value = fault.value.replace("'", "''")
         await conn.execute(f"ALTER SYSTEM SET {fault.name} = '{value}'")
@@ -212,7 +213,7 @@ def _host(ctx: ActorContext, kind: str) -> ServerHost:
 async def _edit_config(fault: EditConfig, ctx: ActorContext) -> None:
     _host(ctx, fault.kind).edit_config(fault.file, fault.prepend, fault.append, fault.comment_out)
     if fault.then == "reload":
-        conn = await ctx.endpoint.harness_connect(database="postgres")
+        conn = await ctx.endpoint.harness_connect(database="postgres", admin=True)
         try:
             await conn.execute("SELECT pg_reload_conf()")
         finally:
@@ -232,7 +233,7 @@ async def _file_size_limit(fault: FileSizeLimit, ctx: ActorContext) -> None:
 
 async def _tablespace_volume(fault: TablespaceVolume, ctx: ActorContext) -> None:
     location = await _host(ctx, fault.kind).create_volume(fault.name, fault.size_mb)
-    conn = await ctx.endpoint.harness_connect(database="postgres")
+    conn = await ctx.endpoint.harness_connect(database="postgres", admin=True)
     try:
         owner = f" OWNER {quote_ident(fault.owner)}" if fault.owner else ""
         location_sql = location.replace("'", "''")
@@ -366,8 +367,8 @@ def _record(
 
 
 async def _hold(fault: HoldTransaction, ctx: ActorContext, ready: TaskStatus[None]) -> None:
-    conn = await ctx.endpoint.connect(fault.role, fault.application_name, fault.database)
-    pid, started = await _identity(conn)
+    conn = await ctx.endpoint.actor_session(fault.role, fault.application_name, fault.database)
+    pid, started = await _identity(conn, ctx)
     finished = False
 
     def closed_by_server(_: object) -> None:
@@ -412,20 +413,20 @@ async def _load(fault: LoadActor, ctx: ActorContext, ready: TaskStatus[None]) ->
         while True:  # every wall second until the server answers again
             await anyio.sleep(1.0)
             try:
-                return await ctx.endpoint.connect(
+                return await ctx.endpoint.actor_session(
                     fault.role, fault.application_name, fault.database
                 )
             except lost:
                 continue
 
     async def session(i: int) -> None:
-        conn = await ctx.endpoint.connect(fault.role, fault.application_name, fault.database)
+        conn = await ctx.endpoint.actor_session(fault.role, fault.application_name, fault.database)
         first = True
         while True:
             pid: int | None = None
             started: str | None = None
             try:
-                pid, started = await _identity(conn)
+                pid, started = await _identity(conn, ctx)
                 if first:
                     _record(ctx, fault, "started", pid, started, session=i, crash_expected=expected)
                     first = False
@@ -480,7 +481,7 @@ async def _idle(fault: IdleConnections, ctx: ActorContext, ready: TaskStatus[Non
         opened: list[int] = []
         while len(conns) < fault.count:
             try:
-                conn = await ctx.endpoint.connect(
+                conn = await ctx.endpoint.actor_session(
                     fault.role, fault.application_name, fault.database
                 )
             except (*SERVER_ERRORS, OSError) as exc:

@@ -21,7 +21,6 @@ from typing import Any
 import polars as pl
 
 from dbaops.clock import ScenarioClock
-from dbaops.dbms.postgres.endpoint import HARNESS_APPLICATION
 from dbaops.dbms.postgres.serverlog import log_line_stamp
 from dbaops.dbms.sessions import SERVER_ERRORS, RunEndpoint
 from dbaops.engine.metrics_registry import metric_kind
@@ -196,11 +195,8 @@ async def _evaluate(
 
 
 async def _connect(role: str, login: bool, database: str | None, endpoint: RunEndpoint) -> Any:
-    """A hidden harness probe evaluating as ``role`` (SET ROLE), or, with ``login``, a real
-    session of that role (so its per-role settings apply)."""
-    if login:
-        return await endpoint.connect(role, HARNESS_APPLICATION, database)
-    return await endpoint.harness_connect(database, probe=True, role=role)
+    """A hidden harness probe as ``role`` (see each engine's ``probe_session``)."""
+    return await endpoint.probe_session(role, database, login=login)
 
 
 # -- ledger ------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import time
 
 from dbaops.dbms.postgres.agent_role import grant_cloud_dba
 from dbaops.dbms.postgres.endpoint import Endpoint, quote_ident
+from dbaops.dbms.postgres.harness_role import ensure_harness_role
 from dbaops.dbms.sessions import Session
 from dbaops.dbms.tidb.endpoint import TidbEndpoint
 from dbaops.dbms.tidb.endpoint import quote_ident as mysql_ident
@@ -24,7 +25,7 @@ async def build_fixture(
     and the scenario ``date``; returns seconds taken."""
     t0 = time.monotonic()
     owner = [RoleSpec(name=library.owner, login=False)] if library.owner else []
-    admin = await endpoint.harness_connect(database="postgres")
+    admin = await endpoint.harness_connect(database="postgres", admin=True)
     try:
         for role in [*owner, *library.roles]:
             exists = await admin.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", role.name)
@@ -34,15 +35,21 @@ async def build_fixture(
                 opts.append(f"CONNECTION LIMIT {role.connection_limit}")
             verb = "ALTER" if exists else "CREATE"
             await admin.execute(f"{verb} ROLE {quote_ident(role.name)} {' '.join(opts)}")
+        probed = [r.name for r in library.roles if r.login and not r.superuser and not r.dba]
+        await ensure_harness_role(admin, probed)
         await admin.execute(f'DROP DATABASE IF EXISTS "{library.database}" WITH (FORCE)')
         await admin.execute(f'CREATE DATABASE "{library.database}"')
     finally:
         await admin.close()
-    conn = await endpoint.harness_connect(database=library.database)
+    conn = await endpoint.harness_connect(database=library.database, admin=True)
     try:
+        # The library's own SQL names its objects as an application's does (nothing of the
+        # agent exists yet: the fixture is built before any agent runs).
+        await conn.execute("SET search_path = public")
         for sql in (library.schema_sql, library.data_sql, library.post_sql):
             if sql.strip():
                 await _execute_script(conn, library.render(sql, params, seed, date))
+        await conn.execute("RESET search_path")
         if library.owner is not None:
             await _give_schema_to(conn, library.owner)
         managed = [r.name for r in library.roles if not r.dba and not r.superuser]
@@ -56,12 +63,16 @@ async def build_fixture(
 
 async def _give_schema_to(conn: Session, owner: str) -> None:
     """Make ``owner`` own the public schema's tables, sequences and views (their indexes
-    follow their tables) and let it create objects there."""
+    follow their tables) and let it create objects there. An extension's objects (the
+    ``pg_stat_statements`` views) stay the superuser's: a role the agent holds could otherwise
+    redefine what every reader of them, the harness included, runs."""
     rows = await conn.fetch(
         "SELECT c.relkind::text AS relkind, quote_ident(c.relname) AS name FROM pg_class c "
         "WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'S', 'v', 'm') "
         "AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype = 'a' "
-        "AND d.classid = 'pg_class'::regclass AND c.relkind = 'S')"
+        "AND d.classid = 'pg_class'::regclass AND c.relkind = 'S') "
+        "AND NOT EXISTS (SELECT 1 FROM pg_depend e WHERE e.objid = c.oid AND e.deptype = 'e' "
+        "AND e.classid = 'pg_class'::regclass)"
     )
     kinds = {"r": "TABLE", "p": "TABLE", "S": "SEQUENCE", "v": "VIEW", "m": "MATERIALIZED VIEW"}
     who = quote_ident(owner)

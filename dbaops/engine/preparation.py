@@ -17,7 +17,13 @@ import anyio
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.interface import SnapshotStore
+from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.server import PostgresBackend
+from dbaops.dbms.postgres.statements import (
+    StatementKey,
+    forget_statements_since,
+    statement_counts,
+)
 from dbaops.dbms.sessions import RunEndpoint
 from dbaops.dbms.tidb.endpoint import TidbEndpoint, quote_literal
 from dbaops.dbms.tidb.engine import TidbBackend
@@ -123,6 +129,7 @@ async def _build_state(
         host=backend.host,
         label="prep",
     )
+    before = await _statement_marks(endpoint)
     for i, op in enumerate(sc.preparation.construction):
         t1 = time.monotonic()
         await run_fault(op, ctx)
@@ -133,6 +140,7 @@ async def _build_state(
                 detail={"index": i, "kind": op.kind},
             )
         )
+    await _forget_construction(endpoint, before)
     failed = []
     for check in sc.preparation.preconditions:
         rec = await evaluate_check(check, "precondition", endpoint, clock, None)
@@ -168,6 +176,31 @@ async def _build_state(
     return meta
 
 
+async def _statement_marks(endpoint: RunEndpoint) -> dict[StatementKey, int] | None:
+    """PostgreSQL's statement statistics before construction (None on TiDB, whose summary is
+    cleared when the agent starts)."""
+    if not isinstance(endpoint, Endpoint):
+        return None
+    conn = await endpoint.harness_connect(admin=True)
+    try:
+        return await statement_counts(conn)
+    finally:
+        await conn.close()
+
+
+async def _forget_construction(
+    endpoint: RunEndpoint, before: dict[StatementKey, int] | None
+) -> None:
+    """Take construction's statements out of the statistics the snapshot keeps."""
+    if before is None or not isinstance(endpoint, Endpoint):
+        return
+    conn = await endpoint.harness_connect(admin=True)
+    try:
+        await forget_statements_since(conn, before)
+    finally:
+        await conn.close()
+
+
 async def _make_standby(replica: ReplicaSpec, backend: PostgresBackend, trace: RecordSink) -> None:
     """The replica profile's standby, made once the primary is prepared (it goes into the
     snapshot with it)."""
@@ -176,7 +209,7 @@ async def _make_standby(replica: ReplicaSpec, backend: PostgresBackend, trace: R
     t0 = time.monotonic()
     await backend.cluster.create_standby(replica.application_name, replica.settings, replica.slot)
     if replica.synchronous:
-        conn = await backend.admin.harness_connect()
+        conn = await backend.admin.harness_connect(admin=True)
         try:
             sql = await conn.fetchval(
                 "SELECT format('ALTER SYSTEM SET synchronous_standby_names = %L', $1::text)",
@@ -200,7 +233,7 @@ async def await_standby(
     backend: PostgresBackend, replica: ReplicaSpec, timeout_s: float = 120.0
 ) -> None:
     """Wait until the standby streams from the primary and has replayed what it has written."""
-    conn = await backend.admin.harness_connect()
+    conn = await backend.admin.harness_connect(admin=True)
     try:
         with anyio.fail_after(timeout_s):
             while True:
@@ -237,7 +270,7 @@ async def _apply_server_settings(
             )
         )
         return
-    conn = await backend.admin.harness_connect()
+    conn = await backend.admin.harness_connect(admin=True)
     tidb = isinstance(backend, TidbBackend)
     try:
         for name, value in settings.items():
@@ -275,8 +308,12 @@ async def _expected_results(
     ]
     if not checked:
         return {}
-    conn = await endpoint.harness_connect(probe=True)
-    try:
-        return {name: result_hash(await conn.fetch(lib.jobs[name].sql)) for name in checked}
-    finally:
-        await conn.close()
+    out = {}
+    for name in checked:  # as the job's own role would read it (the library's own SQL)
+        job = lib.jobs[name]
+        conn = await endpoint.role_session(job.role, probe=True, pinned=False)
+        try:
+            out[name] = result_hash(await conn.fetch(job.sql))
+        finally:
+            await conn.close()
+    return out

@@ -49,7 +49,8 @@ class SqlCheck(StrictModel):
     role: str = "postgres"
     login: bool = Field(
         default=False,
-        description="log in as ``role`` (its per-role settings apply) instead of SET ROLE",
+        description="TiDB: log in as ``role`` (its own limits apply) instead of the harness's "
+        "session limits; PostgreSQL probes always log in as their role",
     )
     database: str | None = None
     op: Comparison = "=="
@@ -201,7 +202,8 @@ class PlanCheck(StrictModel):
     role: str = "postgres"
     login: bool = Field(
         default=False,
-        description="log in as ``role`` (its per-role settings apply) instead of SET ROLE",
+        description="TiDB: log in as ``role`` (its own limits apply) instead of the harness's "
+        "session limits; PostgreSQL probes always log in as their role",
     )
     database: str | None = None
     analyze: bool = Field(default=False, description="EXPLAIN ANALYZE (rolled back)")

@@ -15,6 +15,7 @@ from typing import Any, get_args
 from pglast import parser
 from pydantic import BaseModel
 
+from dbaops.dbms.postgres.search_path import created_routines, search_path_problems
 from dbaops.scenario.checks import LedgerCheck, check_placement_problems
 from dbaops.scenario.faults import FaultSpec
 from dbaops.scenario.model import OlapWorkload, Scenario
@@ -161,6 +162,8 @@ def _sql_problems(
         for field, sql in _sql_of(model)
         if (problem := sql_problem(sql, sc.engine)) is not None
     ]
+    if sc.engine == "postgres":
+        problems.extend(_search_path_problems(sc, parts))
     params = {**lib.params, **sc.database.params}
     date = sc.database.date.isoformat()
     for field in ("schema_sql", "data_sql", "post_sql"):
@@ -176,6 +179,28 @@ def _sql_problems(
         if (problem := sql_problem(job.sql, sc.engine)) is not None:
             problems.append(f"jobs.{jname}.sql: {problem}")
     return problems
+
+
+def _search_path_problems(sc: Scenario, parts: list[tuple[str, BaseModel]]) -> list[str]:
+    """Harness SQL (preparation, events, evaluation: the checks and faults the harness runs
+    with ``search_path = pg_catalog, pg_temp``) that would resolve a business object through
+    the search path, or call code outside ``pg_catalog`` that the scenario did not make as the
+    superuser in its construction. The workloads' SQL is the application's, and the solutions'
+    the agent's: both keep their roles' own path."""
+    own = frozenset(
+        name
+        for construction in sc.preparation.construction
+        if getattr(construction, "role", None) == "postgres"
+        for _, sql in _sql_of(construction)
+        for name in created_routines(sql)
+    )
+    return [
+        f"{where}.{field}: {problem.message()}"
+        for where, model in parts
+        if not where.startswith("workloads")
+        for field, sql in _sql_of(model)
+        for problem in search_path_problems(sql, own)
+    ]
 
 
 def _reference_problems(sc: Scenario) -> list[str]:

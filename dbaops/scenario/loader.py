@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from dbaops.dbms.postgres.search_path import canonical_sql
 from dbaops.scenario.consistency import scenario_problems
 from dbaops.scenario.model import (
     DEFAULT_SCENARIO_DATE,
@@ -22,8 +23,9 @@ from dbaops.scenario.model import (
 from dbaops.workloads.spec import LibraryExtension, WorkloadLibrary
 
 #: Bump when the fixture's roles, grants, harness settings or preparation procedure change: old
-#: snapshots rebuild (3: a preparation starts from initdb; the replica profile; history).
-FIXTURE_VERSION = 3
+#: snapshots rebuild (3: a preparation starts from initdb; the replica profile; history; 4: the
+#: harness's monitoring role, and extension objects left to the superuser).
+FIXTURE_VERSION = 4
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -283,13 +285,31 @@ def definition_key(sc: Scenario, lib: WorkloadLibrary) -> str:
     another key is stale."""
     # As written (defaults left out), so that a new optional field of the format, which
     # changes no existing scenario, does not make every record stale.
+    scenario = sc.model_dump(mode="json", exclude_defaults=True)
     payload = {
-        "scenario": sc.model_dump(mode="json", exclude_defaults=True),
+        "scenario": _canonical(scenario) if sc.engine == "postgres" else scenario,
         "fixture": lib.fixture_part(),
         "transactions": _transactions_used(sc.workloads, lib, exclude_defaults=True),
         "jobs": _jobs_used(sc.workloads, lib, exclude_defaults=True),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+#: Keys whose values (a string, or a list of strings) are SQL in a dumped scenario.
+_SQL_KEYS = frozenset({"sql", "statements", "query", "for_each"})
+
+
+def _canonical(node: Any, sql: bool = False) -> Any:
+    """A dumped scenario with its SQL in canonical form (the business schema implicit: see
+    :func:`~dbaops.dbms.postgres.search_path.canonical_sql`), so a record stays current when
+    a scenario's SQL only gains the schema of the names it already meant."""
+    if isinstance(node, dict):
+        return {k: _canonical(v, k in _SQL_KEYS) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_canonical(v, sql) for v in node]
+    if sql and isinstance(node, str):
+        return canonical_sql(node)
+    return node
 
 
 def scenario_json_schema() -> dict[str, Any]:

@@ -37,7 +37,9 @@ def instance_tool(
     """Build the tool; without an InstanceController, process control is reported unavailable."""
 
     async def connect() -> Any:
-        return await endpoint.harness_connect(role=role, application_name=CONTROL_APPLICATION)
+        return await endpoint.harness_connect(
+            admin=True, role=role, application_name=CONTROL_APPLICATION
+        )
 
     async def status() -> ToolResult:
         running = await instance.is_running() if instance else None

@@ -629,7 +629,9 @@ class OlapDriver:
         reference = template.reference_sql if template.check_result else None
         timeout = None if job.attempt_timeout_ms is None else job.attempt_timeout_ms / 1000.0
         try:
-            at_start = None if reference is None else await self._reference(reference)
+            at_start = (
+                None if reference is None else await self._reference(reference, template.role)
+            )
             conn = await self.endpoint.connect(template.role, self.spec.app_name)
             try:
                 # on timeout asyncpg sends a cancel request, so the server stops the query
@@ -648,16 +650,17 @@ class OlapDriver:
         got = result_hash(rows)
         correct: bool | None = None
         if reference is not None:
-            correct = got == at_start or got == await self._reference(reference)
+            correct = got == at_start or got == await self._reference(reference, template.role)
         elif template.check_result and job.template in self.expected:
             correct = got == self.expected[job.template]
         return _JobAttempt(ok=True, correct=correct)
 
-    async def _reference(self, sql: str) -> str | None:
-        """The reference result's hash on the state now, from a hidden harness session (None
-        if the reference query fails: the job is then not correct)."""
+    async def _reference(self, sql: str, role: str) -> str | None:
+        """The reference result's hash on the state now, from a hidden session of the job's
+        role with its own search path (the library's SQL, read as the application reads it;
+        None if the reference query fails: the job is then not correct)."""
         try:
-            conn = await self.endpoint.harness_connect(probe=True)
+            conn = await self.endpoint.role_session(role, probe=True, pinned=False)
         except (*SERVER_ERRORS, *CONNECTION_ERRORS) as exc:
             log.warning("olap_reference_unavailable", error=str(exc)[:200])
             return None

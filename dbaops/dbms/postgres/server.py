@@ -89,7 +89,7 @@ class PostgresBackend:
         )
 
     async def server_version(self) -> str:
-        conn = await self.admin.harness_connect()
+        conn = await self.admin.harness_connect(admin=True)  # the monitor may not exist yet
         try:
             return str(await conn.fetchval("SHOW server_version"))
         finally:

@@ -72,6 +72,7 @@ class TidbEndpoint(BaseModel):
         self,
         database: str | None = None,
         *,
+        admin: bool = False,
         probe: bool = False,
         role: str | None = None,
         connect_timeout_s: float = 30.0,
@@ -80,7 +81,9 @@ class TidbEndpoint(BaseModel):
         """A harness session (the runner's checks, actors, preparation) as the harness's user,
         or, with ``role``, as that fixture user. Its session limits are the harness's own
         (:data:`HARNESS_SESSION`), so a fault or the agent changing the global memory quota or
-        statement time limit does not cut off the harness's checks."""
+        statement time limit does not cut off the harness's checks. ``admin`` changes nothing
+        here: the harness has one user on TiDB (its sessions are out of the agent's KILL)."""
+        del admin
         conn = await self._session(role, database, connect_timeout_s)
         try:
             await conn.execute(HARNESS_SESSION)
@@ -99,6 +102,49 @@ class TidbEndpoint(BaseModel):
         """A client session as fixture user ``role`` (the workloads' and actors' sessions;
         TiDB has no application name, so ``application_name`` is not sent)."""
         return await self._session(role, database, connect_timeout_s)
+
+    async def role_session(
+        self,
+        role: str,
+        database: str | None = None,
+        *,
+        application_name: str = "",
+        probe: bool = False,
+        pinned: bool = True,
+        connect_timeout_s: float = 30.0,
+    ) -> MysqlConnection:
+        """A harness session as fixture user ``role`` with the harness's session limits (TiDB
+        resolves no routine through a path: ``pinned`` has nothing to pin)."""
+        del pinned
+        return await self.harness_connect(
+            database, probe=probe, role=role, connect_timeout_s=connect_timeout_s
+        )
+
+    async def probe_session(
+        self, role: str, database: str | None = None, *, login: bool = False
+    ) -> MysqlConnection:
+        """A check's session as fixture user ``role`` (the harness's user for "postgres"):
+        with the harness's session limits, or with ``login`` an ordinary session of the user
+        (its own limits apply)."""
+        if login:
+            return await self.connect(role, "pgwatch", database)
+        return await self.harness_connect(database, probe=True, role=role)
+
+    async def identify(self, conn: MysqlConnection) -> tuple[int, str]:
+        """A session's connection id and start, asked on the session itself (the agent's
+        statements summary is cleared when it starts)."""
+        row = await conn.fetchrow(
+            "SELECT CONNECTION_ID() AS pid, CAST(NOW(6) AS CHAR) AS backend_start"
+        )
+        assert row is not None
+        return int(row["pid"]), str(row["backend_start"])
+
+    async def actor_session(
+        self, role: str, application_name: str = "dbaops", database: str | None = None
+    ) -> MysqlConnection:
+        """A fault actor's session as fixture user ``role`` (TiDB resolves no routine or
+        operator through a path, so it is an ordinary client session)."""
+        return await self.connect(role, application_name, database)
 
     async def _session(
         self, role: str | None, database: str | None, timeout_s: float

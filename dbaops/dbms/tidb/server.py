@@ -35,6 +35,7 @@ from dbaops.dbms.postgres.cluster import (
     port_is_free,
 )
 from dbaops.dbms.postgres.osuser import (
+    as_user,
     chown_tree,
     ensure_service_user,
     readable_by_others,
@@ -239,7 +240,7 @@ class TidbServer(ServerDirectory):
                 stdin=subprocess.DEVNULL,
                 stdout=stderr,
                 stderr=stderr,
-                user=self.os_user,
+                **as_user(self.os_user),
                 start_new_session=True,  # a Ctrl-C of the harness is the harness's to handle
             )
 
