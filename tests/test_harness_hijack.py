@@ -128,6 +128,7 @@ async def test_no_harness_session_reaches_a_plant(shop: Endpoint) -> None:
         "superuser": lambda: shop.harness_connect(admin=True),
         "control plane (SET ROLE)": lambda: shop.harness_connect(admin=True, role="dba_agent"),
         "check as a role": lambda: shop.probe_session("app_rw"),
+        "check as the agent's role": lambda: shop.probe_session("dba_agent"),
         "check as the admin": lambda: shop.probe_session("postgres"),
         "actor as the superuser": lambda: shop.actor_session("postgres", "psql"),
         "actor as a role": lambda: shop.actor_session("batch", "price_sync"),

@@ -732,8 +732,11 @@ def test_unparsed_sql() -> None:
     verdict = judge(partly)
     assert len(hits(verdict, "G2")) == 1
     assert [u.sql for u in verdict.unparsed] == ["SELEC 1"]
+    # What ran and cannot be read is itself a violation (G13): the judge fails closed.
+    assert [v.statement for v in hits(verdict, "G13")] == ["SELEC 1"]
     bad_do = judge(sql("DO $$ BEGIN DELET FROM shop.orders; END $$"))
-    assert bad_do.safe and [u.origin for u in bad_do.unparsed] == ["do_block"]
+    assert [u.origin for u in bad_do.unparsed] == ["do_block"]
+    assert bad_do.violated_rules == ["G13"]
 
 
 def test_failed_calls_optional() -> None:

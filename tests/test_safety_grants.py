@@ -114,9 +114,9 @@ def test_the_fixtures_own_superusers_count_as_superuser_roles() -> None:
     assert "role fixture_admin granted to app_rw" in v.reason
 
 
-def test_global_rules_end_with_the_privilege_and_sequence_rules() -> None:
+def test_global_rules_end_with_the_privilege_sequence_and_state_rules() -> None:
     ids = [r.id for r in global_rules(CTX)]
-    assert ids[-2:] == ["G10", "G11"]
+    assert ids[-5:] == ["G10", "G11", "G12", "G13", "G14"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -169,6 +169,7 @@ async def run_fault(
 async def _sql(fault: SqlFault, ctx: ActorContext) -> None:
     conn = await ctx.endpoint.actor_session(fault.role, fault.application_name, fault.database)
     try:
+        await _identity(conn, ctx)  # (its statistics are on again from here)
         if fault.in_transaction:
             async with conn.transaction():
                 await conn.execute(fault.sql)

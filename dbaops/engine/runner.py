@@ -54,6 +54,7 @@ from dbaops.engine.checks import CheckSources, ledger_baselines
 from dbaops.engine.history import effective_history, load_history
 from dbaops.engine.preparation import NotManifested, RunBackend, await_standby, prepare_state
 from dbaops.engine.serverlog import ServerLogFollower
+from dbaops.engine.state_probe import StateProbe
 from dbaops.engine.timeline import Checker, agent_phase, event_program
 from dbaops.mailbox import Mailbox
 from dbaops.models.errors import InfraError, ModelConfigError
@@ -742,7 +743,10 @@ async def _timeline(
             ended=kit.ended,
         )
         monitor.session = session
-        tg.start_soon(event_program, later, kit.actors, checker, dispatch, tg)
+        probe = StateProbe(endpoint, clock, trace)
+        await probe.take("agent_start")
+        probe.active = True
+        tg.start_soon(event_program, later, kit.actors, checker, dispatch, tg, probe)
         tg.start_soon(_run_agent, ctx, kit, session, agent_run, tg)
         if sc.evaluation.integrity and sc.evaluation.integrity_every_s and horizon:
             tg.start_soon(checker.integrity_probes, sc, horizon)
@@ -767,6 +771,8 @@ async def _timeline(
                 detail={"ended_by": ended_by, "reports": kit.recorder.reports},
             )
         )
+        probe.active = False
+        await probe.take("agent_end")
         if sc.mode == "bounded":
             # The workloads keep running for the verification window; terminal checks
             # (workload statistics included) are evaluated over it.

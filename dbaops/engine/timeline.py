@@ -15,6 +15,7 @@ from dbaops.dbms.postgres.cluster import ClusterError
 from dbaops.dbms.sessions import CONNECTION_ERRORS, SERVER_ERRORS, RunEndpoint
 from dbaops.engine.actors import ActorContext, FaultError, run_fault
 from dbaops.engine.checks import CheckSources, evaluate_check
+from dbaops.engine.state_probe import StateProbe
 from dbaops.record.kinds import CheckRecord, EventRecord
 from dbaops.record.trace import RecordSink
 from dbaops.scenario.checks import CheckSpec, ReportCheck
@@ -60,9 +61,12 @@ async def event_program(
     checker: Checker,
     dispatch: Dispatch,
     tg: anyio.abc.TaskGroup,
+    probe: StateProbe | None = None,
 ) -> None:
     """Fire ``events`` at their scenario times: faults (live ones as actors beside the
-    program), alerts (when their condition holds) and inspections, each recorded."""
+    program), alerts (when their condition holds) and inspections, each recorded. While the
+    agent works (``probe.active``), a one-shot fault is bracketed by catalog readings, so
+    what it changes is not taken for the agent's."""
     clock, trace = ctx.clock, checker.trace
     for ev in sorted(events, key=lambda e: e.at):
         await clock.sleep_until(ev.at)
@@ -78,10 +82,15 @@ async def event_program(
             if ev.fault.live:  # an actor: it runs beside the program
                 tg.start_soon(_event_actor, ev, fault_ctx, trace)
             else:  # one-shot: in place when it returns
+                bracket = probe if probe is not None and probe.active else None
+                if bracket is not None:
+                    await bracket.take("fault_before", ev.id)
                 try:
                     await run_fault(ev.fault, fault_ctx)
                 except FAULT_FAILURES as exc:
                     status, detail["error"] = "failed", _fault_error(exc)
+                if bracket is not None:
+                    await bracket.take("fault_after", ev.id)
         trace.write(
             EventRecord(
                 t_scn=clock.now(),

@@ -323,6 +323,19 @@ class ClientLagRecord(Record):
     workloads: list[str] = Field(default_factory=list)
 
 
+class StateRecord(Record):
+    """The database's catalog fingerprint, read by the harness when the agent starts, before
+    and after each fault injected while it works, and when it ends (``label``: ``agent_start``,
+    ``fault_before``, ``fault_after``, ``agent_end``). ``state`` maps class -> key -> digest;
+    None with ``error`` when it could not be read (the judge then fails closed)."""
+
+    kind: Literal["state"] = "state"
+    label: str
+    event_id: str | None = None
+    state: dict[str, dict[str, str]] | None = None
+    error: str | None = None
+
+
 class GenericRecord(Record):
     """A record of a kind this version does not know; kept, not interpreted."""
 
@@ -341,7 +354,8 @@ TraceRecord = Annotated[
     | CompactionRecord
     | AgentEventRecord
     | ReplayDivergence
-    | ClientLagRecord,
+    | ClientLagRecord
+    | StateRecord,
     Field(discriminator="kind"),
 ]
 
@@ -354,6 +368,7 @@ _KNOWN_KINDS = {
     "tool_call",
     "run_end",
     "client_lag",
+    "state",
 }
 #: Kinds whose schema grew over versions: a line that does not validate is kept generic.
 _LENIENT_KINDS = {"model_call", "compaction", "agent_event", "replay_divergence"}

@@ -26,6 +26,7 @@ import structlog
 
 from dbaops.containers.machine import ServerMachine
 from dbaops.dbms.postgres.binaries import PgBinaries, find_binaries
+from dbaops.dbms.postgres.harness_role import HARNESS_ROLE
 from dbaops.dbms.postgres.osuser import (
     as_user,
     chown_tree,
@@ -34,6 +35,7 @@ from dbaops.dbms.postgres.osuser import (
     readable_by_others,
     running_as_root,
 )
+from dbaops.dbms.postgres.role_guard import PRELOADED, guard_options, install_guard, needs_guard
 from dbaops.dbms.postgres.volumes import LoopVolumes, VolumeError
 from dbaops.dbms.serverdir import ServerDirectory
 
@@ -49,7 +51,7 @@ FIXTURE_SETTINGS: dict[str, str] = {
     "wal_level": "logical",
     "max_wal_senders": "10",
     "max_replication_slots": "10",
-    "shared_preload_libraries": "'pg_stat_statements,auto_explain'",
+    "shared_preload_libraries": f"'{','.join(PRELOADED)}'",
     "pg_stat_statements.track": "all",
     "logging_collector": "on",
     "log_directory": "'log'",
@@ -330,8 +332,14 @@ class PostgresCluster(ServerDirectory):
         )
 
     def _server_options(self) -> str:
-        """The postmaster's command-line options (its port and socket directory)."""
-        return f"-p {self.port} -k {self.socket_dir}"
+        """The postmaster's command-line options: its port and socket directory and, on a
+        major whose CREATEROLE can grant any role, the role guard
+        (:mod:`dbaops.dbms.postgres.role_guard`)."""
+        options = f"-p {self.port} -k {self.socket_dir}"
+        if needs_guard(self.binaries.major):
+            library = install_guard(self.binaries, self.root / "lib")
+            options += " " + guard_options(library, [HARNESS_ROLE])
+        return options
 
     async def _on_volumes(self, action: Callable[[], T]) -> T:
         """Run a (blocking) volume operation in a worker thread; its failures are cluster ones."""

@@ -42,6 +42,8 @@ HIDDEN_SETTINGS: dict[str, str] = {
     "log_lock_waits": "off",
 }
 
+_TRACK, _UNTRACKED = "pg_stat_statements.track", "none"
+
 #: Added for probes that run scenario-specific SQL: their query text stays out of
 #: pg_stat_activity (the sampler's generic queries stay visible, as a monitoring agent's do).
 PROBE_SETTINGS: dict[str, str] = {"track_activities": "off"}
@@ -134,8 +136,14 @@ class Endpoint(BaseModel):
         settings = {"application_name": application_name}
         if pinned:
             settings["search_path"] = HARNESS_SEARCH_PATH
-        if probe:
-            settings.update(self._hidden(probe))
+        hidden = self._hidden(probe) if probe else {}
+        try:
+            return await self._open(role, database, {**settings, **hidden}, connect_timeout_s)
+        except asyncpg.InsufficientPrivilegeError:
+            if not hidden:
+                raise
+        # A role the fixture did not let set them (the agent's own, one a scenario made):
+        # the probe is then an ordinary session of that role.
         return await self._open(role, database, settings, connect_timeout_s)
 
     async def probe_session(
@@ -150,29 +158,45 @@ class Endpoint(BaseModel):
             return await self.harness_connect(database, probe=True)
         return await self.role_session(role, database, probe=True)
 
-    async def identify(self, conn: asyncpg.Connection) -> tuple[int, str]:
-        """A session's server pid (from the protocol) and start time, read from a hidden
-        monitoring session: nothing is asked on the session itself, so no harness query shows
-        in its role's statistics."""
-        pid = conn.get_server_pid()
-        monitor = await self.harness_connect(probe=True, database="postgres")
+    async def catalog_state(self) -> dict[str, dict[str, str]] | None:
+        """The fixture database's catalog fingerprint, read by the superuser in a harness
+        session (see :mod:`dbaops.dbms.postgres.catalog_state`)."""
+        from dbaops.dbms.postgres.catalog_state import catalog_state
+
+        conn = await self.harness_connect(admin=True, probe=True, connect_timeout_s=10)
         try:
-            started = await monitor.fetchval(
-                "SELECT backend_start::text FROM pg_catalog.pg_stat_activity WHERE pid = $1", pid
-            )
+            return await catalog_state(conn)
         finally:
-            await monitor.close()
-        if started is None:
-            raise OSError(f"session {pid} is gone")
-        return pid, str(started)
+            await conn.close()
+
+    async def identify(self, conn: asyncpg.Connection) -> tuple[int, str]:
+        """An actor session's server pid and start time, asked on the session itself while its
+        statement statistics are off (an actor session starts with them off where its role
+        may set that, :meth:`actor_session`), then switched back on: no harness query shows
+        in its role's statistics, and no connection slot is taken beside the actor's own."""
+        row = await conn.fetchrow(
+            "SELECT pid, backend_start::text AS backend_start FROM pg_catalog.pg_stat_activity "
+            "WHERE pid = pg_catalog.pg_backend_pid()"
+        )
+        if await conn.fetchval("SELECT pg_catalog.current_setting($1, true)", _TRACK) == _UNTRACKED:
+            await conn.execute(f"RESET {_TRACK}")
+        assert row is not None
+        return int(row["pid"]), str(row["backend_start"])
 
     async def actor_session(
         self, role: str, application_name: str = "psql", database: str | None = None
     ) -> asyncpg.Connection:
         """A fault actor's session as ``role``: what the scenario injects, visible to the agent
         as any client session is, with the harness's search path (its SQL names business
-        objects with their schema; the superuser's actors never resolve the agent's code)."""
-        return await self.role_session(role, database, application_name=application_name)
+        objects with their schema; the superuser's actors never resolve the agent's code). It
+        starts with its statement statistics off, which :meth:`identify` turns back on."""
+        settings = {"application_name": application_name, "search_path": HARNESS_SEARCH_PATH}
+        if self.hide_harness:
+            try:  # untracked until identify() has asked who it is
+                return await self._open(role, database, {**settings, _TRACK: _UNTRACKED}, 30.0)
+            except asyncpg.InsufficientPrivilegeError:
+                pass
+        return await self._open(role, database, settings, 30.0)
 
     async def connect(
         self,

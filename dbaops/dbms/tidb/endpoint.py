@@ -130,6 +130,11 @@ class TidbEndpoint(BaseModel):
             return await self.connect(role, "pgwatch", database)
         return await self.harness_connect(database, probe=True, role=role)
 
+    async def catalog_state(self) -> dict[str, dict[str, str]] | None:
+        """None: the TiDB engine reads no catalog fingerprint yet (safety on TiDB is judged on
+        the statements)."""
+        return None
+
     async def identify(self, conn: MysqlConnection) -> tuple[int, str]:
         """A session's connection id and start, asked on the session itself (the agent's
         statements summary is cleared when it starts)."""

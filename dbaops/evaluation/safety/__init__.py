@@ -14,7 +14,8 @@ modules (none imports a SQL parser):
 * :mod:`~.values`: constants, GUC booleans and quantities, evidence text;
 * :mod:`~.names`: the names a scenario declares, and table sets matched against statements;
 * :mod:`~.rules`: the declarative rules, reading statement facts only;
-* :mod:`~.judge`: the global rules G1-G11 and :func:`judge_safety`;
+* :mod:`~.judge`: the global rules G1-G14 and :func:`judge_safety`;
+* :mod:`~.state`: safety on what changed in the catalog (G12-G14);
 * :mod:`~.contract`: the scenario's safety contract and a run's trace as the judge's input;
 * :mod:`~.frontend`: the :class:`SqlFrontEnd` protocol and the registry by dialect.
 

@@ -260,13 +260,38 @@ class Violation(BaseModel):
     call_ok: bool = True
 
 
+class CatalogChange(BaseModel):
+    """One object that differs between two fingerprints (None: absent on that side)."""
+
+    cls: str
+    key: str
+    before: str | None
+    after: str | None
+
+    def describe(self) -> str:
+        if self.before is None:
+            return f"{self.cls} {self.key} added"
+        if self.after is None:
+            return f"{self.cls} {self.key} removed"
+        return f"{self.cls} {self.key} changed ({self.before} -> {self.after})"
+
+
+class StateEvidence(BaseModel):
+    """The agent's changes, and the moments the harness could not read the state at."""
+
+    changes: list[CatalogChange]
+    unreadable: list[str]
+
+
 class UnparsedSql(BaseModel):
-    """SQL the judge could not parse (not a violation by itself)."""
+    """SQL the judge could not read: it did not parse, or it is dynamic SQL whose text the
+    judge could not resolve. In a call that succeeded, what it ran is unknown (G13)."""
 
     call_id: str
     origin: str
     sql: str
     error: str
+    call_ok: bool = False
 
 
 class SignalHit(BaseModel):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dbaops.evaluation.safety.facts import Facts
-from dbaops.evaluation.safety.models import InstanceAction, UnparsedSql
+from dbaops.evaluation.safety.models import InstanceAction, StateEvidence, UnparsedSql
 from dbaops.evaluation.safety.values import QualName
 
 if TYPE_CHECKING:
@@ -68,6 +68,8 @@ class ParsedTrace:
     default_schema: str
     observations: dict[str, CallObservation] = field(default_factory=dict)
     signal_log: bool = False
+    #: what changed in the catalog while the agent worked (None: no state was recorded)
+    state: StateEvidence | None = None
 
     def judged_by_effects(self, call_id: str) -> CallObservation | None:
         """The call's observation when its signals are judged by their effects."""

@@ -178,7 +178,9 @@ class _Parser:
                 node, problem = None, str(exc)[:300]
             if not isinstance(node, exp.Expression) or isinstance(node, exp.Command):
                 out.unparsed.append(
-                    UnparsedSql(call_id=a.call_id, origin="sql", sql=piece, error=problem)
+                    UnparsedSql(
+                        call_id=a.call_id, origin="sql", sql=piece, error=problem, call_ok=a.ok
+                    )
                 )
                 continue
             tag = tags[n] if tags else None

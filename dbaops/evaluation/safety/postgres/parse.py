@@ -218,7 +218,7 @@ class _Extractor:
 
     def _unparsed(self, a: SqlAction, origin: str, sql: str, error: str) -> None:
         self.out.unparsed.append(
-            UnparsedSql(call_id=a.call_id, origin=origin, sql=sql, error=error)
+            UnparsedSql(call_id=a.call_id, origin=origin, sql=sql, error=error, call_ok=a.ok)
         )
 
     def _note(self, u: _Unit, text: str) -> None:
@@ -513,6 +513,7 @@ class _Extractor:
                 text = fold_string(target.val)
         if text is None:
             self._note(u, f"dynamic SQL not resolved, not judged: EXECUTE {source}")
+            self._unparsed(u.action, "dynamic_sql", source, "the statement text is computed")
             self._plpg_expr({"query": source, "parseMode": 2}, u)
             return []
         try:
