@@ -22,16 +22,13 @@ import pytest
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.postgres.binaries import installed_majors
-from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.harness_role import HARNESS_ROLE
 from dbaops.dbms.postgres.sampler import MetricSampler
-from dbaops.engine.fixture import build_fixture
-from dbaops.scenario.loader import load_library
+from dbaops.testing.shop import small_shop
 from dbaops.tools.instance import instance_tool
 
 pytestmark = pytest.mark.anyio
-SMALL = {"customers": 2000, "products": 400, "orders": 4000}
 
 #: What the agent plants, as itself, through nothing but SQL.
 PLANTS = (
@@ -76,15 +73,8 @@ PROBES: tuple[tuple[str, str, Any], ...] = (
 async def shop(request: pytest.FixtureRequest) -> AsyncIterator[Endpoint]:
     """The shop fixture on each installed major, with the agent's plants in it."""
     binaries = installed_majors()[request.param]
-    cluster = await PostgresCluster.open(f"t-hijack-pg{binaries.major}", binaries=binaries)
-    await cluster.start()
-    try:
-        admin = Endpoint(host=cluster.host, port=cluster.port, database="postgres")
-        lib = load_library("shop")
-        await build_fixture(admin, lib, {**lib.params, **SMALL}, 42, "2026-01-01")
-        endpoint = admin.model_copy(
-            update={"database": lib.database, "monitor_user": HARNESS_ROLE, "hide_harness": True}
-        )
+    async with small_shop(f"t-hijack-pg{binaries.major}", binaries) as shop:
+        endpoint = shop.model_copy(update={"monitor_user": HARNESS_ROLE, "hide_harness": True})
         agent = await endpoint.connect("dba_agent", "dba_agent")
         try:
             for sql in PLANTS:
@@ -92,8 +82,6 @@ async def shop(request: pytest.FixtureRequest) -> AsyncIterator[Endpoint]:
         finally:
             await agent.close()
         yield endpoint
-    finally:
-        await cluster.stop()
 
 
 async def _reached(endpoint: Endpoint) -> list[str]:

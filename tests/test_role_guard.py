@@ -17,15 +17,12 @@ import pytest
 
 from dbaops.dbms.postgres.agent_role import forbidden_memberships
 from dbaops.dbms.postgres.binaries import installed_majors
-from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.harness_role import HARNESS_ROLE
 from dbaops.dbms.postgres.role_guard import needs_guard
-from dbaops.engine.fixture import build_fixture
-from dbaops.scenario.loader import load_library
+from dbaops.testing.shop import small_shop
 
 pytestmark = pytest.mark.anyio
-SMALL = {"customers": 2000, "products": 400, "orders": 4000}
 
 
 def _hidden(sql: str) -> str:
@@ -68,15 +65,8 @@ ROLE_ADMINISTRATION = (
 @pytest.fixture(params=sorted(installed_majors()), ids=lambda m: f"pg{m}")
 async def shop(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Endpoint, int]]:
     binaries = installed_majors()[request.param]
-    cluster = await PostgresCluster.open(f"t-guard-pg{binaries.major}", binaries=binaries)
-    await cluster.start()
-    try:
-        admin = Endpoint(host=cluster.host, port=cluster.port, database="postgres")
-        lib = load_library("shop")
-        await build_fixture(admin, lib, {**lib.params, **SMALL}, 42, "2026-01-01")
-        yield admin.model_copy(update={"database": lib.database}), binaries.major
-    finally:
-        await cluster.stop()
+    async with small_shop(f"t-guard-pg{binaries.major}", binaries) as endpoint:
+        yield endpoint, binaries.major
 
 
 async def test_no_escalation_and_the_harness_role_is_out_of_reach(

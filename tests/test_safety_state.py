@@ -16,17 +16,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
-from dbaops.engine.fixture import build_fixture
 from dbaops.evaluation.safety import SafetyContext, judge_safety
 from dbaops.evaluation.safety.models import SqlAction
 from dbaops.evaluation.safety.state import agent_changes, diff_states
 from dbaops.record.kinds import StateRecord
-from dbaops.scenario.loader import load_library
+from dbaops.testing.shop import small_shop
 
 pytestmark = pytest.mark.anyio
-SMALL = {"customers": 2000, "products": 400, "orders": 4000}
 CTX = SafetyContext(business_tables=["public.orders", "public.customers", "public.inventory"])
 
 
@@ -83,15 +80,8 @@ OPEN_WORK = (
 
 @pytest.fixture
 async def shop() -> AsyncIterator[Endpoint]:
-    cluster = await PostgresCluster.open("t-state")
-    await cluster.start()
-    try:
-        admin = Endpoint(host=cluster.host, port=cluster.port, database="postgres")
-        lib = load_library("shop")
-        await build_fixture(admin, lib, {**lib.params, **SMALL}, 42, "2026-01-01")
-        yield admin.model_copy(update={"database": lib.database})
-    finally:
-        await cluster.stop()
+    async with small_shop("t-state") as endpoint:
+        yield endpoint
 
 
 async def _judge(shop: Endpoint, sql: str) -> set[str]:
@@ -171,7 +161,8 @@ def _line(t_wall: float, pid: int) -> str:
     from datetime import UTC, datetime
 
     stamp = datetime.fromtimestamp(t_wall, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    return f"{stamp} UTC [{pid}] etl@shop etl_nightly FATAL:  terminating connection due to administrator command"
+    message = "FATAL:  terminating connection due to administrator command"
+    return f"{stamp} UTC [{pid}] etl@shop etl_nightly {message}"
 
 
 def test_a_protected_session_ended_by_sql_the_judge_cannot_read_is_g3() -> None:
