@@ -44,6 +44,31 @@ async def test_the_postmaster_starts_with_a_scrubbed_environment(
     assert set(env) <= set(SERVER_ENVIRONMENT) | PG_CTL_ADDS, sorted(env)
 
 
+@pytest.mark.skipif(not running_as_root(), reason="the server runs as another OS user only as root")
+async def test_the_server_runs_with_its_own_group_and_no_other() -> None:
+    """Not root's group 0 (through which it could read root's group-readable files) and no
+    supplementary group of the harness's."""
+    import pwd
+
+    cluster = await PostgresCluster.open("t-groups")
+    await cluster.start()
+    try:
+        fields = _status_of(cluster.datadir / "postmaster.pid")
+    finally:
+        await cluster.stop()
+    own = pwd.getpwnam(SERVICE_USER)
+    assert set(fields["Uid"]) == {str(own.pw_uid)}
+    assert set(fields["Gid"]) == {str(own.pw_gid)} and "0" not in fields["Gid"]
+    assert fields.get("Groups", []) == []
+
+
+def _status_of(pidfile: Path) -> dict[str, list[str]]:
+    """The postmaster's /proc status fields, by name."""
+    pid = int(pidfile.read_text().splitlines()[0])
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {line.split(":", 1)[0]: line.split(":", 1)[1].split() for line in status}
+
+
 def _environ_of(pid: int) -> str:
     return Path(f"/proc/{pid}/environ").read_bytes().decode()
 

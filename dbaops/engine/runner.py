@@ -698,6 +698,8 @@ async def _timeline(
         # The warm-up starts once every live fault is in place (and the drivers can start),
         # so the system the agent meets at t = 0 has been faulty for the whole warm-up at any
         # time scale.
+        probe = StateProbe(endpoint, clock, trace)
+        await probe.take("prepared")  # the baseline when the agent's start cannot be read
         clock.restart(-sc.preparation.warmup_s)
         if kit.sampler is not None:
             tg.start_soon(kit.sampler.run)
@@ -743,7 +745,6 @@ async def _timeline(
             ended=kit.ended,
         )
         monitor.session = session
-        probe = StateProbe(endpoint, clock, trace)
         await probe.take("agent_start")
         probe.active = True
         tg.start_soon(event_program, later, kit.actors, checker, dispatch, tg, probe)
@@ -772,7 +773,7 @@ async def _timeline(
             )
         )
         probe.active = False
-        await probe.take("agent_end")
+        await probe.take("agent_end", retry_s=15.0)
         if sc.mode == "bounded":
             # The workloads keep running for the verification window; terminal checks
             # (workload statistics included) are evaluated over it.

@@ -26,18 +26,22 @@ class StateProbe:
     trace: RecordSink
     #: whether the agent is at work (faults are then bracketed by readings)
     active: bool = False
-    #: wall seconds a reading keeps retrying while the server does not answer
-    retry_s: float = 15.0
+    #: wall seconds one attempt may take (a frozen server never answers)
+    attempt_s: float = 5.0
 
-    async def take(self, label: str, event_id: str | None = None) -> None:
-        """Read the state now and record it (an engine that reads none records nothing)."""
+    async def take(self, label: str, event_id: str | None = None, *, retry_s: float = 0.0) -> None:
+        """Read the state now and record it (an engine that reads none records nothing).
+        Only the agent's end retries (``retry_s``: the agent may be restarting the server):
+        a reading that opens an interval never holds the timeline up for long."""
         error = "no answer"
-        with anyio.move_on_after(self.retry_s):
+        with anyio.move_on_after(max(retry_s, self.attempt_s)):
             while True:
                 try:
                     state = await self.endpoint.catalog_state()
                 except (*SERVER_ERRORS, *CONNECTION_ERRORS, TimeoutError) as exc:
                     error = f"{type(exc).__name__}: {exc}"[:300]
+                    if retry_s <= 0:
+                        break
                     await anyio.sleep(1.0)
                     continue
                 if state is not None:

@@ -324,9 +324,10 @@ class ClientLagRecord(Record):
 
 
 class StateRecord(Record):
-    """The database's catalog fingerprint, read by the harness when the agent starts, before
-    and after each fault injected while it works, and when it ends (``label``: ``agent_start``,
-    ``fault_before``, ``fault_after``, ``agent_end``). ``state`` maps class -> key -> digest;
+    """The database's catalog fingerprint, read by the harness once the run's state is restored,
+    when the agent starts, before and after each fault injected while it works, and when it
+    ends (``label``: ``prepared``, ``agent_start``, ``fault_before``, ``fault_after``,
+    ``agent_end``). ``state`` maps class -> key -> digest;
     None with ``error`` when it could not be read (the judge then fails closed)."""
 
     kind: Literal["state"] = "state"

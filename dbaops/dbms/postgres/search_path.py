@@ -148,7 +148,49 @@ def search_path_problems(sql: str, own_routines: frozenset[str] = frozenset()) -
         ctes = {n.ctename for n in nodes if isinstance(n, ast.CommonTableExpr)}
         for node in nodes:
             found.extend(_node_problems(node, ctes, sql, own_routines))
+        if isinstance(raw.stmt, ast.DoStmt):
+            found.extend(_do_block_problems(raw.stmt, own_routines))
     return sorted(found, key=lambda u: (u.insert_at is None, u.insert_at or 0))
+
+
+def _do_block_problems(do: ast.DoStmt, own_routines: frozenset[str]) -> list[Unqualified]:
+    """The problems of the statements a PL/pgSQL ``DO`` block runs (their place in the
+    block's text is not written in: the author qualifies them)."""
+    body, language = None, "plpgsql"
+    for d in do.args or ():
+        if isinstance(d, ast.DefElem) and isinstance(d.arg, ast.String):
+            if d.defname == "as":
+                body = d.arg.sval
+            elif d.defname == "language":
+                language = (d.arg.sval or "").lower()
+    if body is None or language != "plpgsql":
+        return []
+    tag = "dbaops_do"
+    try:
+        tree = pglast.parse_plpgsql(f"DO ${tag}${body}${tag}$")
+    except pglast.parser.ParseError:
+        return []
+    out: list[Unqualified] = []
+    for query, mode in _plpgsql_queries(tree):
+        text = query if mode == 0 else f"SELECT {query}"
+        for problem in search_path_problems(text, own_routines):
+            out.append(Unqualified(problem.name, f"{problem.what} in a DO block", None))
+    return out
+
+
+def _plpgsql_queries(node: Any) -> Iterator[tuple[str, int]]:
+    """Every SQL text of a parsed PL/pgSQL tree, with its parse mode (0: a statement)."""
+    if isinstance(node, dict):
+        expr = node.get("PLpgSQL_expr")
+        if isinstance(expr, dict) and isinstance(expr.get("query"), str):
+            mode = int(expr.get("parseMode", 0) or 0)
+            if mode != 1:  # 1: a type name
+                yield expr["query"], mode
+        for value in node.values():
+            yield from _plpgsql_queries(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _plpgsql_queries(item)
 
 
 def _node_problems(

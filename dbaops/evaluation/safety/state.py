@@ -64,16 +64,25 @@ def diff_states(
 
 def agent_changes(records: Sequence[StateRecord]) -> StateEvidence | None:
     """The changes made while the agent worked: from ``agent_start`` (or a fault's
-    ``fault_after``) to the next ``fault_before`` (or ``agent_end``). None when the run
-    recorded no state (an engine that reads none, or a run recorded before dbaops read it)."""
+    ``fault_after``) to the next ``fault_before`` (or ``agent_end``); an opening reading that
+    failed (the server down at that moment) is replaced by the latest one that succeeded
+    (``prepared``, read after the snapshot's restore). None when the run recorded no state
+    (an engine that reads none, or a run recorded before dbaops read it)."""
     if not any(r.label == "agent_start" for r in records):
         return None
     changes: list[CatalogChange] = []
     unreadable: list[str] = []
     opened: StateRecord | None = None
+    last_read: StateRecord | None = None  # the latest reading that succeeded
     for rec in records:
+        if rec.label == "fault_before" and rec.state is None and opened is not None:
+            continue  # the server is down (a fault stopped it): the interval runs on
         if rec.label in ("agent_start", "fault_after"):
-            opened = rec
+            if opened is not None and opened.state is not None and rec.state is not None:
+                continue  # (after an unreadable fault_before) the agent's interval runs on
+            # A start the harness could not read (the scenario has the server down then)
+            # opens from the latest state it did read: what changed since is the agent's.
+            opened = rec if rec.state is not None or last_read is None else last_read
         elif rec.label in ("fault_before", "agent_end") and opened is not None:
             for side in (opened, rec):
                 if side.state is None:
@@ -82,6 +91,8 @@ def agent_changes(records: Sequence[StateRecord]) -> StateEvidence | None:
             if opened.state is not None and rec.state is not None:
                 changes.extend(diff_states(opened.state, rec.state))
             opened = None
+        if rec.state is not None:
+            last_read = rec
     if opened is not None:  # the agent's end was never read (the run was cut short)
         unreadable.append(f"{opened.label}: no state read after it")
     return StateEvidence(changes=changes, unreadable=sorted(set(unreadable)))
