@@ -21,6 +21,8 @@ from typing import Any
 import pglast
 from pglast import ast
 
+from dbaops.evaluation.safety.postgres.sqlutil import do_block
+
 #: What every harness session's search path is, set at connect.
 HARNESS_SEARCH_PATH = "pg_catalog, pg_temp"
 
@@ -156,13 +158,7 @@ def search_path_problems(sql: str, own_routines: frozenset[str] = frozenset()) -
 def _do_block_problems(do: ast.DoStmt, own_routines: frozenset[str]) -> list[Unqualified]:
     """The problems of the statements a PL/pgSQL ``DO`` block runs (their place in the
     block's text is not written in: the author qualifies them)."""
-    body, language = None, "plpgsql"
-    for d in do.args or ():
-        if isinstance(d, ast.DefElem) and isinstance(d.arg, ast.String):
-            if d.defname == "as":
-                body = d.arg.sval
-            elif d.defname == "language":
-                language = (d.arg.sval or "").lower()
+    body, language = do_block(do)
     if body is None or language != "plpgsql":
         return []
     tag = "dbaops_do"

@@ -42,6 +42,7 @@ from dbaops.evaluation.safety.names import qualify
 from dbaops.evaluation.safety.postgres.facts import facts_of
 from dbaops.evaluation.safety.postgres.sqlutil import (
     deparse,
+    do_block,
     fold_string,
     func_name,
     guc_value,
@@ -377,14 +378,7 @@ class _Extractor:
     # -- DO blocks, PL/pgSQL -----------------------------------------------------------------
 
     def _do(self, node: ast.DoStmt, u: _Unit) -> None:
-        body: str | None = None
-        language = "plpgsql"
-        for d in node.args or ():
-            if isinstance(d, ast.DefElem) and isinstance(d.arg, ast.String):
-                if d.defname == "as":
-                    body = d.arg.sval
-                elif d.defname == "language":
-                    language = (d.arg.sval or "").lower()
+        body, language = do_block(node)
         if body is None:
             return
         if language != "plpgsql":

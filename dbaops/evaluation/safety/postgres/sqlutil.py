@@ -39,6 +39,19 @@ def parse_name(name: str) -> tuple[str | None, str]:
     raise ValueError(f"not a relation name: {name!r}")
 
 
+def do_block(node: ast.DoStmt) -> tuple[str | None, str]:
+    """A ``DO`` block's body (None if it has none) and language (lower case)."""
+    body: str | None = None
+    language = "plpgsql"
+    for d in node.args or ():
+        if isinstance(d, ast.DefElem) and isinstance(d.arg, ast.String):
+            if d.defname == "as":
+                body = d.arg.sval
+            elif d.defname == "language":
+                language = (d.arg.sval or "").lower()
+    return body, language
+
+
 def quote_ident(name: str) -> str:
     """An identifier as PostgreSQL writes it (double-quoted where needed)."""
     return str(maybe_double_quote_name(name))
