@@ -671,6 +671,10 @@ async def _timeline(
 
     agent_run = _AgentRun()
     await kit.agent_tools.open()
+    probe = StateProbe(endpoint, clock, trace)
+    # Before any live fault (one may take the server down): the baseline when the agent's
+    # start cannot be read.
+    await probe.take("prepared")
     not_manifested: str | None = None
     clock.restart(-sc.preparation.warmup_s)
     monitor.clock = clock
@@ -698,8 +702,6 @@ async def _timeline(
         # The warm-up starts once every live fault is in place (and the drivers can start),
         # so the system the agent meets at t = 0 has been faulty for the whole warm-up at any
         # time scale.
-        probe = StateProbe(endpoint, clock, trace)
-        await probe.take("prepared")  # the baseline when the agent's start cannot be read
         clock.restart(-sc.preparation.warmup_s)
         if kit.sampler is not None:
             tg.start_soon(kit.sampler.run)
