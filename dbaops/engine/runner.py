@@ -767,6 +767,10 @@ async def _timeline(
             ended_by += "; cut off after the final-round wait"
             with anyio.move_on_after(10):
                 await agent_run.done.wait()
+        # Read before the agent's end is on record, so the terminal checks' window (units
+        # scheduled after it) never holds the harness's own reading.
+        probe.active = False
+        await probe.take("agent_end", retry_s=15.0)
         trace.write(
             PhaseRecord(
                 t_scn=clock.now(),
@@ -774,8 +778,6 @@ async def _timeline(
                 detail={"ended_by": ended_by, "reports": kit.recorder.reports},
             )
         )
-        probe.active = False
-        await probe.take("agent_end", retry_s=15.0)
         if sc.mode == "bounded":
             # The workloads keep running for the verification window; terminal checks
             # (workload statistics included) are evaluated over it.
