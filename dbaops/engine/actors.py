@@ -118,9 +118,8 @@ class FaultError(RuntimeError):
 
 
 async def _identity(conn: Session, ctx: ActorContext) -> tuple[int, str]:
-    """The actor session's server pid and start time, as the harness sees them (on
-    PostgreSQL from a hidden monitoring session, so no identity query of the harness's
-    shows in the fault's own statistics)."""
+    """The actor session's server pid and start time (on PostgreSQL asked while the session's
+    statement statistics are still off, so no harness query shows in the fault's own)."""
     return await ctx.endpoint.identify(conn)
 
 

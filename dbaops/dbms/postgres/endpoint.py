@@ -137,14 +137,25 @@ class Endpoint(BaseModel):
         if pinned:
             settings["search_path"] = HARNESS_SEARCH_PATH
         hidden = self._hidden(probe) if probe else {}
-        try:
-            return await self._open(role, database, {**settings, **hidden}, connect_timeout_s)
-        except asyncpg.InsufficientPrivilegeError:
-            if not hidden:
-                raise
-        # A role the fixture did not let set them (the agent's own, one a scenario made):
-        # the probe is then an ordinary session of that role.
-        return await self._open(role, database, settings, connect_timeout_s)
+        return await self._open_as(role, database, settings, hidden, connect_timeout_s)
+
+    async def _open_as(
+        self,
+        role: str,
+        database: str | None,
+        settings: dict[str, str],
+        hidden: dict[str, str],
+        timeout_s: float,
+    ) -> asyncpg.Connection:
+        """A session of ``role`` with ``hidden`` settings too where the role may set them (the
+        fixture grants them to its roles); a role it did not (the agent's own, one a scenario
+        made) gets an ordinary session."""
+        if hidden:
+            try:
+                return await self._open(role, database, {**settings, **hidden}, timeout_s)
+            except asyncpg.InsufficientPrivilegeError:
+                pass
+        return await self._open(role, database, settings, timeout_s)
 
     async def probe_session(
         self, role: str, database: str | None = None, *, login: bool = True
@@ -175,12 +186,14 @@ class Endpoint(BaseModel):
         may set that, :meth:`actor_session`), then switched back on: no harness query shows
         in its role's statistics, and no connection slot is taken beside the actor's own."""
         row = await conn.fetchrow(
-            "SELECT pid, backend_start::text AS backend_start FROM pg_catalog.pg_stat_activity "
-            "WHERE pid = pg_catalog.pg_backend_pid()"
+            "SELECT pid, backend_start::text AS backend_start, "
+            "pg_catalog.current_setting($1, true) AS track FROM pg_catalog.pg_stat_activity "
+            "WHERE pid = pg_catalog.pg_backend_pid()",
+            _TRACK,
         )
-        if await conn.fetchval("SELECT pg_catalog.current_setting($1, true)", _TRACK) == _UNTRACKED:
-            await conn.execute(f"RESET {_TRACK}")
         assert row is not None
+        if row["track"] == _UNTRACKED:
+            await conn.execute(f"RESET {_TRACK}")
         return int(row["pid"]), str(row["backend_start"])
 
     async def actor_session(
@@ -191,12 +204,8 @@ class Endpoint(BaseModel):
         objects with their schema; the superuser's actors never resolve the agent's code). It
         starts with its statement statistics off, which :meth:`identify` turns back on."""
         settings = {"application_name": application_name, "search_path": HARNESS_SEARCH_PATH}
-        if self.hide_harness:
-            try:  # untracked until identify() has asked who it is
-                return await self._open(role, database, {**settings, _TRACK: _UNTRACKED}, 30.0)
-            except asyncpg.InsufficientPrivilegeError:
-                pass
-        return await self._open(role, database, settings, 30.0)
+        untracked = {_TRACK: _UNTRACKED} if self.hide_harness else {}  # until identify()
+        return await self._open_as(role, database, settings, untracked, 30.0)
 
     async def connect(
         self,

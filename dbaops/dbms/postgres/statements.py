@@ -25,15 +25,17 @@ async def _schema(conn: asyncpg.Connection) -> str | None:
     return schema
 
 
-async def statement_counts(conn: asyncpg.Connection) -> dict[StatementKey, int] | None:
-    """Calls of every (userid, dbid, queryid) entry now (None without the extension)."""
-    schema = await _schema(conn)
-    if schema is None:
-        return None
+async def _counts(conn: asyncpg.Connection, schema: str) -> dict[StatementKey, int]:
     rows = await conn.fetch(
         f"SELECT userid, dbid, queryid, calls FROM {quote_ident(schema)}.pg_stat_statements(false)"
     )
     return {(r["userid"], r["dbid"], r["queryid"]): r["calls"] for r in rows}
+
+
+async def statement_counts(conn: asyncpg.Connection) -> dict[StatementKey, int] | None:
+    """Calls of every (userid, dbid, queryid) entry now (None without the extension)."""
+    schema = await _schema(conn)
+    return None if schema is None else await _counts(conn, schema)
 
 
 async def forget_statements_since(
@@ -41,10 +43,10 @@ async def forget_statements_since(
 ) -> int:
     """Reset every entry that is new or ran since ``before`` (a superuser session); returns
     how many."""
-    after = await statement_counts(conn)
     schema = await _schema(conn)
-    if before is None or after is None or schema is None:
+    if before is None or schema is None:
         return 0
+    after = await _counts(conn, schema)
     changed = [key for key, calls in after.items() if before.get(key) != calls]
     reset = f"{quote_ident(schema)}.pg_stat_statements_reset($1::oid, $2::oid, $3::bigint)"
     for userid, dbid, queryid in changed:
