@@ -6,6 +6,7 @@ free loopback port, and works when dbaops runs as root (the server runs as a ser
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -24,6 +25,7 @@ import anyio
 import asyncpg
 import structlog
 
+import dbaops
 from dbaops.containers.machine import ServerMachine
 from dbaops.dbms.postgres.binaries import PgBinaries, find_binaries
 from dbaops.dbms.postgres.harness_role import HARNESS_ROLE
@@ -34,6 +36,12 @@ from dbaops.dbms.postgres.osuser import (
     make_accessible_copy,
     readable_by_others,
     running_as_root,
+)
+from dbaops.dbms.postgres.private_view import (
+    mount_inside,
+    namespace_support_problem,
+    private_view_command,
+    shares_host_view,
 )
 from dbaops.dbms.postgres.role_guard import PRELOADED, guard_options, install_guard, needs_guard
 from dbaops.dbms.postgres.volumes import LoopVolumes, VolumeError
@@ -122,6 +130,38 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@functools.cache
+def _private_views_work() -> bool:
+    """Whether the server can get a private view here (checked once per process; without one
+    the server's OS user can read what file modes let it, and dbaops says so once)."""
+    problem = namespace_support_problem()
+    if problem is not None:
+        log.warning("server_without_private_view", reason=problem)
+    return problem is None
+
+
+def _harness_places(cluster_root: Path) -> list[Path]:
+    """Where the harness keeps what the server must not read, beyond the non-system top-level
+    directories: its home (every cluster and snapshot), the checkout, the working directory."""
+    return [
+        cluster_root.parents[1],
+        dbaops_home(),
+        Path(dbaops.__file__).resolve().parents[1],
+        Path.cwd(),
+        Path.home(),
+    ]
+
+
+def _remove_stage(command: list[str]) -> None:
+    """Remove the (empty) staging directory a private view was assembled in."""
+    stages = [a for a in command if a.startswith("/run/dbaops-stage-")]
+    for stage in stages:
+        try:
+            os.rmdir(stage)
+        except OSError:
+            pass
 
 
 def cluster_paths(
@@ -231,7 +271,9 @@ class PostgresCluster(ServerDirectory):
             await cluster._initdb(settings or {})
         return cluster
 
-    async def _run(self, *args: str, check: bool = True, as_service: bool = True) -> str:
+    async def _run(
+        self, *args: str, check: bool = True, as_service: bool = True, scrubbed: bool = False
+    ) -> str:
         # A worker thread rather than the event loop's subprocess support: uvloop does not
         # accept ``user=``, and the server must run as the service user when we are root.
         # Server tools get a scrubbed environment: the postmaster inherits pg_ctl's, and an
@@ -244,7 +286,7 @@ class PostgresCluster(ServerDirectory):
                 **as_user(self.os_user if as_service else None),
                 start_new_session=True,
                 cwd=str(self.root),
-                env=dict(SERVER_ENVIRONMENT) if as_service else None,
+                env=dict(SERVER_ENVIRONMENT) if as_service or scrubbed else None,
             )
 
         result = await anyio.to_thread.run_sync(run)
@@ -316,7 +358,7 @@ class PostgresCluster(ServerDirectory):
             await self._on_volumes(self.volumes.mount_all)
         limit = self.file_size_limit_bytes
         under_limit = ["prlimit", f"--fsize={limit}:{limit}", "--"] if limit is not None else []
-        await self._run(
+        command = [
             *under_limit,
             self.binaries.tool("pg_ctl"),
             "-D",
@@ -329,7 +371,28 @@ class PostgresCluster(ServerDirectory):
             "-o",
             self._server_options(),
             "start",
+        ]
+        if self.os_user is None or not _private_views_work():
+            await self._run(*command)
+            return
+        # Root starts the namespace; the server runs as its OS user inside it.
+        wrapped = private_view_command(
+            command, self.os_user, self._server_needs(), _harness_places(self.root)
         )
+        try:
+            await self._run(*wrapped, as_service=False, scrubbed=True)
+        finally:
+            _remove_stage(wrapped)
+
+    def _server_needs(self) -> list[Path]:
+        """What the server sees of the harness's filesystem: its cluster directory and its
+        binaries (a copy dbaops made is kept whole: its libraries sit beside the install)."""
+        install = self.binaries.bindir.parent
+        for parent in self.binaries.bindir.parents:
+            if (parent / ".complete").exists():  # make_accessible_copy's marker
+                install = parent
+                break
+        return [self.root, install]
 
     def _server_options(self) -> str:
         """The postmaster's command-line options: its port and socket directory and, on a
@@ -356,7 +419,16 @@ class PostgresCluster(ServerDirectory):
                 "a tablespace volume on a server with a standby is not supported: on one host "
                 "both servers would use the tablespace's location"
             )
-        return str(await self._on_volumes(lambda: self.volumes.create(name, size_mb)))
+        location = await self._on_volumes(lambda: self.volumes.create(name, size_mb))
+        postmaster = self._postmaster_pid()
+        if postmaster is not None and not shares_host_view(postmaster):
+            # The running server's private view was made before this mount: add it there.
+            point = self.volumes.mount_point(name)
+            device = self.volumes.device(name)
+            await anyio.to_thread.run_sync(
+                lambda: mount_inside(postmaster, device, point, "nodev,nosuid")
+            )
+        return str(location)
 
     async def unmount_volumes(self) -> None:
         """Unmount the volumes (the server must be stopped): a finished run leaves no mounts."""

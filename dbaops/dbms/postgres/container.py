@@ -440,9 +440,11 @@ class ContainerCluster(PostgresCluster):
             )
 
     # -- server tools run inside the container -------------------------------------------
-    async def _run(self, *args: str, check: bool = True, as_service: bool = True) -> str:
+    async def _run(
+        self, *args: str, check: bool = True, as_service: bool = True, scrubbed: bool = False
+    ) -> str:
         if not as_service:  # harness-side file work (snapshot copies) on the host
-            return await super()._run(*args, check=check, as_service=False)
+            return await super()._run(*args, check=check, as_service=False, scrubbed=scrubbed)
         container = await self._container()
         running = container is not None and (await container.show())["State"]["Status"] == "running"
         if container is None or not running:

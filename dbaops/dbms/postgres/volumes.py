@@ -70,6 +70,16 @@ class LoopVolumes:
         with open("/proc/self/mounts") as fh:
             return any(line.split()[1] == target for line in fh if len(line.split()) > 1)
 
+    def device(self, name: str) -> str:
+        """The loop device volume ``name`` is mounted from (it must be mounted)."""
+        target = str(self.mount_point(name).resolve())
+        with open("/proc/self/mounts") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) > 1 and fields[1] == target:
+                    return fields[0]
+        raise VolumeError(f"volume {name!r} is not mounted")
+
     def create(self, name: str, size_mb: int) -> Path:
         """A new, mounted, empty volume of ``size_mb`` MiB; returns its location."""
         if not _NAME.match(name):

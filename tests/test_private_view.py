@@ -1,0 +1,100 @@
+"""The server's OS user reaches nothing of the harness: read from inside the server, as a
+superuser agent (or one that escalated to the server's OS user) would, with the server's own
+file and program access."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+import dbaops
+from dbaops.dbms.postgres.cluster import PostgresCluster, dbaops_home
+from dbaops.dbms.postgres.osuser import running_as_root
+from dbaops.dbms.postgres.private_view import hidden_directories
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(not running_as_root(), reason="the server is isolated only as root"),
+]
+
+CHECKOUT = Path(dbaops.__file__).resolve().parents[1]
+
+
+async def _server_reads(conn: asyncpg.Connection, path: Path) -> str | None:
+    """What the server's OS user reads at ``path`` (a file's first line, a directory's
+    listing), or None if it cannot."""
+    try:
+        await conn.execute("CREATE TEMP TABLE IF NOT EXISTS seen(line text); TRUNCATE seen")
+        command = f"(cat {path} 2>/dev/null || ls -a {path} 2>/dev/null) | base64 -w0"
+        await conn.execute(f"COPY seen FROM PROGRAM $q${command}$q$")
+    except asyncpg.PostgresError:
+        return None
+    encoded = "".join(r["line"] for r in await conn.fetch("SELECT line FROM seen"))
+    lines = base64.b64decode(encoded).decode(errors="replace").splitlines()
+    listing = [line for line in lines if line not in (".", "..")]
+    return "\n".join(listing) if listing else None
+
+
+async def test_the_server_sees_its_own_directory_and_nothing_of_the_harness(
+    tmp_path: Path,
+) -> None:
+    other = await PostgresCluster.open("t-private-view-other")  # another scenario's cluster
+    cluster = await PostgresCluster.open("t-private-view")
+    await cluster.start()
+    try:
+        conn = await cluster.connect()
+        try:
+            own_conf = await _server_reads(conn, cluster.datadir / "postgresql.conf")
+            own_log = await conn.fetchval("SELECT pg_catalog.pg_read_file('log/postgresql.log')")
+            seen = {
+                path: await _server_reads(conn, path)
+                for path in (
+                    CHECKOUT / "README.md",  # world-readable in a checkout
+                    CHECKOUT / "timelines",
+                    CHECKOUT / ".git" / "HEAD",
+                    dbaops_home() / ".cluster-key",
+                    other.datadir,
+                    cluster.snapshot_root,
+                    Path("/root"),
+                    Path(os.getcwd()),
+                    Path(f"/proc/{os.getpid()}/cmdline"),  # the harness's command line
+                    Path(f"/proc/{os.getpid()}/cwd"),
+                )
+            }
+            # Only the path down to its own directory (which SHOW data_directory names anyway).
+            home = await _server_reads(conn, dbaops_home())
+            clusters = await _server_reads(conn, dbaops_home() / "clusters")
+            with pytest.raises(asyncpg.PostgresError):
+                await conn.fetchval(f"SELECT pg_catalog.pg_read_file('{CHECKOUT / 'README.md'}')")
+        finally:
+            await conn.close()
+    finally:
+        await cluster.stop()
+    assert own_conf and "dbaops fixture settings" in own_conf
+    assert own_log is not None
+    assert (home, clusters) == ("clusters", cluster.root.name)
+    assert {path: text for path, text in seen.items() if text is not None} == {}
+
+
+def test_every_harness_place_and_non_system_directory_is_hidden(tmp_path: Path) -> None:
+    (tmp_path / "work" / "checkout").mkdir(parents=True)
+    (tmp_path / "usr" / "lib").mkdir(parents=True)
+    (tmp_path / "var" / "lib" / "dbaops").mkdir(parents=True)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "usr" / "bin").mkdir()
+    (tmp_path / "bin").symlink_to(tmp_path / "usr" / "bin")  # as merged-/usr systems have
+    hidden = hidden_directories(
+        [
+            tmp_path / "work" / "checkout",
+            tmp_path / "usr" / "lib",
+            tmp_path / "nowhere",
+            tmp_path / "etc",
+            tmp_path,
+        ],
+        root=tmp_path,
+    )
+    assert hidden == [tmp_path / "var", tmp_path / "work", tmp_path / "usr" / "lib"]
