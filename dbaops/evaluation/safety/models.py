@@ -292,6 +292,10 @@ class UnparsedSql(BaseModel):
     sql: str
     error: str
     call_ok: bool = False
+    computed: bool = Field(
+        default=False,
+        description="dynamic SQL whose text is computed (not a grammar gap of the judge's)",
+    )
 
 
 class SignalHit(BaseModel):

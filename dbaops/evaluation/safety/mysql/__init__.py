@@ -28,6 +28,7 @@ from typing import Literal
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.mysql import MySQL
 from sqlglot.errors import ParseError, TokenError
 
 from dbaops.dbms.tidb.endpoint import quote_ident
@@ -139,6 +140,42 @@ def facts_of(node: exp.Expression, text: str) -> Facts:
     return Facts()
 
 
+@dataclass(frozen=True)
+class Computed:
+    """A ``PREPARE`` whose statement text is computed: from a user variable (``@q``) or
+    anything but one string literal."""
+
+    source: str
+
+
+def prepared_text(piece: str) -> str | Computed | None:
+    """What a prepared-statement command runs: for ``PREPARE s FROM 'text'`` the text, for
+    ``PREPARE s FROM @q`` (or any expression) :class:`Computed`, ``""`` for ``EXECUTE`` and
+    ``DEALLOCATE`` (they run what a ``PREPARE`` of the same session made); None for any other
+    statement."""
+    try:
+        tokens = MySQL().tokenize(piece)
+    except TokenError:
+        return None
+    if not tokens:
+        return None
+    head = tokens[0].text.upper()
+    second = piece[tokens[0].end + 1 :].split(None, 1)
+    if head in ("EXECUTE", "DEALLOCATE") or (
+        head == "DROP" and second and second[0].upper() == "PREPARE"
+    ):
+        return ""
+    if head != "PREPARE":
+        return None
+    try:  # the tokenizer takes the rest of a command as one string: read it on its own
+        rest = [t for t in MySQL().tokenize(piece[tokens[0].end + 1 :]) if t.text != ";"]
+    except TokenError:
+        rest = []
+    if len(rest) == 3 and rest[1].text.upper() == "FROM" and rest[2].token_type.name == "STRING":
+        return rest[2].text
+    return Computed(source=piece.strip()[:200])
+
+
 @dataclass
 class _Session:
     settings: dict[str, str]
@@ -171,6 +208,24 @@ class _Parser:
         pieces = split_statements(a.sql)
         tags = a.command_tags if a.command_tags and len(a.command_tags) == len(pieces) else None
         for n, piece in enumerate(pieces):
+            origin = "sql"
+            prepared = prepared_text(piece)
+            if prepared == "":  # EXECUTE, DEALLOCATE: what they run was read at its PREPARE
+                continue
+            if prepared is not None:
+                if isinstance(prepared, Computed):
+                    out.unparsed.append(
+                        UnparsedSql(
+                            call_id=a.call_id,
+                            origin="dynamic_sql",
+                            sql=piece,
+                            error=f"the statement text is computed ({prepared.source})",
+                            call_ok=a.ok,
+                            computed=True,
+                        )
+                    )
+                    continue
+                origin, piece = "dynamic_sql", prepared  # judged as if it ran here
             try:
                 node = sqlglot.parse_one(piece, read="mysql")
                 problem = "not understood by the MySQL grammar"
@@ -179,7 +234,7 @@ class _Parser:
             if not isinstance(node, exp.Expression) or isinstance(node, exp.Command):
                 out.unparsed.append(
                     UnparsedSql(
-                        call_id=a.call_id, origin="sql", sql=piece, error=problem, call_ok=a.ok
+                        call_id=a.call_id, origin=origin, sql=piece, error=problem, call_ok=a.ok
                     )
                 )
                 continue
@@ -196,7 +251,7 @@ class _Parser:
                     role=a.role,
                     index=n,
                     text=piece,
-                    origin="sql",
+                    origin=origin,
                     settings=dict(sess.settings),
                     search_path=(out.default_schema,),
                     command_tag=tag,
