@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 import dbaops
+from dbaops.dbms.postgres.binaries import installed_majors
 from dbaops.dbms.postgres.cluster import PostgresCluster, dbaops_home
 from dbaops.dbms.postgres.osuser import running_as_root
 from dbaops.dbms.postgres.private_view import hidden_directories
@@ -39,11 +40,12 @@ async def _server_reads(conn: asyncpg.Connection, path: Path) -> str | None:
     return "\n".join(listing) if listing else None
 
 
-async def test_the_server_sees_its_own_directory_and_nothing_of_the_harness(
-    tmp_path: Path,
-) -> None:
-    other = await PostgresCluster.open("t-private-view-other")  # another scenario's cluster
-    cluster = await PostgresCluster.open("t-private-view")
+@pytest.mark.parametrize("major", sorted(installed_majors()), ids=lambda m: f"pg{m}")
+async def test_the_server_sees_its_own_directory_and_nothing_of_the_harness(major: int) -> None:
+    binaries = installed_majors()[major]
+    # another scenario's cluster
+    other = await PostgresCluster.open(f"t-private-view-other-{major}", binaries=binaries)
+    cluster = await PostgresCluster.open(f"t-private-view-{major}", binaries=binaries)
     await cluster.start()
     try:
         conn = await cluster.connect()
@@ -65,7 +67,7 @@ async def test_the_server_sees_its_own_directory_and_nothing_of_the_harness(
                     Path(f"/proc/{os.getpid()}/cwd"),
                 )
             }
-            # Only the path down to its own directory (which SHOW data_directory names anyway).
+            # Only the path down to its own directory (which SHOW data_directory names anyway)
             home = await _server_reads(conn, dbaops_home())
             clusters = await _server_reads(conn, dbaops_home() / "clusters")
             with pytest.raises(asyncpg.PostgresError):
@@ -76,7 +78,9 @@ async def test_the_server_sees_its_own_directory_and_nothing_of_the_harness(
         await cluster.stop()
     assert own_conf and "dbaops fixture settings" in own_conf
     assert own_log is not None
-    assert (home, clusters) == ("clusters", cluster.root.name)
+    # (and the server's binaries, where dbaops copied them there)
+    assert home is not None and set(home.split("\n")) <= {"clusters", "pg"}
+    assert clusters == cluster.root.name
     assert {path: text for path, text in seen.items() if text is not None} == {}
 
 
