@@ -184,6 +184,9 @@ class PostgresCluster(ServerDirectory):
 
     #: Where the server runs (the run header's ``backend.kind``).
     backend: ClassVar[str] = "embedded"
+    #: Whether the server, a process of this host, gets a private view of its filesystem
+    #: (:mod:`dbaops.dbms.postgres.private_view`); a container has its own filesystem.
+    private_view: ClassVar[bool] = True
     busy_error: ClassVar[type[Exception]] = ClusterError
 
     def __init__(
@@ -372,7 +375,7 @@ class PostgresCluster(ServerDirectory):
             self._server_options(),
             "start",
         ]
-        if self.os_user is None or not _private_views_work():
+        if self.os_user is None or not self.private_view or not _private_views_work():
             await self._run(*command)
             return
         # Root starts the namespace; the server runs as its OS user inside it.
@@ -421,7 +424,7 @@ class PostgresCluster(ServerDirectory):
             )
         location = await self._on_volumes(lambda: self.volumes.create(name, size_mb))
         postmaster = self._postmaster_pid()
-        if postmaster is not None and not shares_host_view(postmaster):
+        if self.private_view and postmaster is not None and not shares_host_view(postmaster):
             # The running server's private view was made before this mount: add it there.
             point = self.volumes.mount_point(name)
             device = self.volumes.device(name)

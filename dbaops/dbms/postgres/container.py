@@ -138,6 +138,7 @@ class ContainerCluster(PostgresCluster):
         )
 
     backend: ClassVar[str] = "docker"
+    private_view: ClassVar[bool] = False  # the container is its filesystem
 
     @property
     def machine(self) -> ContainerCluster:
