@@ -16,6 +16,7 @@ from dbaops.dbms.postgres.binaries import installed_majors
 from dbaops.dbms.postgres.cluster import PostgresCluster, dbaops_home
 from dbaops.dbms.postgres.osuser import running_as_root
 from dbaops.dbms.postgres.private_view import hidden_directories
+from dbaops.dbms.tidb.binary import TidbBinary
 
 pytestmark = [
     pytest.mark.anyio,
@@ -102,3 +103,45 @@ def test_every_harness_place_and_non_system_directory_is_hidden(tmp_path: Path) 
         root=tmp_path,
     )
     assert hidden == [tmp_path / "var", tmp_path / "work", tmp_path / "usr" / "lib"]
+
+
+def _seen_by(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` sees ``path`` in its mount namespace (through its root)."""
+    return Path(f"/proc/{pid}/root{path}").exists()
+
+
+async def test_tidb_server_sees_its_own_directory_and_nothing_of_the_harness(
+    tidb_binary: TidbBinary,
+) -> None:
+    from dbaops.dbms.tidb.server import TidbServer
+
+    server = await TidbServer.open("t-private-view-tidb", tidb_binary)
+    server.acquire()
+    await server.start()
+    try:
+        pid = server.pid
+        assert pid is not None
+        assert _seen_by(pid, server.config_path) and _seen_by(pid, server.binary.path)
+        assert _seen_by(os.getpid(), CHECKOUT / "README.md")  # the control: we see it
+        hidden = [
+            str(p)
+            for p in (
+                CHECKOUT / "README.md",
+                CHECKOUT / "timelines",
+                dbaops_home() / "snapshots",
+                Path(os.getcwd()),
+                Path("/root"),
+            )
+            if _shows_something(pid, p)
+        ]
+        assert hidden == []
+    finally:
+        await server.dispose()
+
+
+def _shows_something(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` sees a file at ``path``, or a directory with anything in it."""
+    seen = Path(f"/proc/{pid}/root{path}")
+    if seen.is_dir():
+        return any(seen.iterdir())
+    return seen.exists()

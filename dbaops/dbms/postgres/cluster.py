@@ -6,7 +6,6 @@ free loopback port, and works when dbaops runs as root (the server runs as a ser
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import os
@@ -25,7 +24,6 @@ import anyio
 import asyncpg
 import structlog
 
-import dbaops
 from dbaops.containers.machine import ServerMachine
 from dbaops.dbms.postgres.binaries import PgBinaries, find_binaries
 from dbaops.dbms.postgres.harness_role import HARNESS_ROLE
@@ -38,9 +36,11 @@ from dbaops.dbms.postgres.osuser import (
     running_as_root,
 )
 from dbaops.dbms.postgres.private_view import (
+    harness_places,
     mount_inside,
-    namespace_support_problem,
     private_view_command,
+    private_views_work,
+    remove_stage,
     shares_host_view,
 )
 from dbaops.dbms.postgres.role_guard import PRELOADED, guard_options, install_guard, needs_guard
@@ -130,38 +130,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@functools.cache
-def _private_views_work() -> bool:
-    """Whether the server can get a private view here (checked once per process; without one
-    the server's OS user can read what file modes let it, and dbaops says so once)."""
-    problem = namespace_support_problem()
-    if problem is not None:
-        log.warning("server_without_private_view", reason=problem)
-    return problem is None
-
-
-def _harness_places(cluster_root: Path) -> list[Path]:
-    """Where the harness keeps what the server must not read, beyond the non-system top-level
-    directories: its home (every cluster and snapshot), the checkout, the working directory."""
-    return [
-        cluster_root.parents[1],
-        dbaops_home(),
-        Path(dbaops.__file__).resolve().parents[1],
-        Path.cwd(),
-        Path.home(),
-    ]
-
-
-def _remove_stage(command: list[str]) -> None:
-    """Remove the (empty) staging directory a private view was assembled in."""
-    stages = [a for a in command if a.startswith("/run/dbaops-stage-")]
-    for stage in stages:
-        try:
-            os.rmdir(stage)
-        except OSError:
-            pass
 
 
 def cluster_paths(
@@ -375,17 +343,16 @@ class PostgresCluster(ServerDirectory):
             self._server_options(),
             "start",
         ]
-        if self.os_user is None or not self.private_view or not _private_views_work():
+        if self.os_user is None or not self.private_view or not private_views_work():
             await self._run(*command)
             return
         # Root starts the namespace; the server runs as its OS user inside it.
-        wrapped = private_view_command(
-            command, self.os_user, self._server_needs(), _harness_places(self.root)
-        )
+        places = [*harness_places(dbaops_home()), self.root.parents[1]]  # (its own home)
+        wrapped = private_view_command(command, self.os_user, self._server_needs(), places)
         try:
             await self._run(*wrapped, as_service=False, scrubbed=True)
         finally:
-            _remove_stage(wrapped)
+            remove_stage(wrapped)
 
     def _server_needs(self) -> list[Path]:
         """What the server sees of the harness's filesystem: its cluster directory and its

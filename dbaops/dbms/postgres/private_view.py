@@ -24,11 +24,18 @@ last process.
 
 from __future__ import annotations
 
+import functools
 import os
 import pwd
 import subprocess
 import tempfile
 from pathlib import Path
+
+import structlog
+
+import dbaops
+
+log = structlog.get_logger(__name__)
 
 #: Top-level directories of the operating system: the server needs them and they hold nothing
 #: of the harness. Every other top-level directory is hidden.
@@ -136,3 +143,30 @@ def shares_host_view(pid: int) -> bool:
         return os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
     except OSError:
         return True
+
+
+@functools.cache
+def private_views_work() -> bool:
+    """Whether a server can get a private view here (checked once per process; without one
+    the server's OS user can read what file modes let it, and dbaops says so once)."""
+    problem = namespace_support_problem()
+    if problem is not None:
+        log.warning("server_without_private_view", reason=problem)
+    return problem is None
+
+
+def harness_places(home: Path) -> list[Path]:
+    """Where the harness keeps what a server must not read, beyond the non-system top-level
+    directories: its home (every cluster and snapshot), the checkout, the working directory
+    and the user's home."""
+    return [home, Path(dbaops.__file__).resolve().parents[1], Path.cwd(), Path.home()]
+
+
+def remove_stage(command: list[str]) -> None:
+    """Remove the (empty) staging directory a private view was assembled in."""
+    for arg in command:
+        if arg.startswith("/run/dbaops-stage-"):
+            try:
+                os.rmdir(arg)
+            except OSError:
+                pass

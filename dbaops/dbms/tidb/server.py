@@ -41,6 +41,12 @@ from dbaops.dbms.postgres.osuser import (
     readable_by_others,
     running_as_root,
 )
+from dbaops.dbms.postgres.private_view import (
+    harness_places,
+    private_view_command,
+    private_views_work,
+    remove_stage,
+)
 from dbaops.dbms.serverdir import ServerDirectory
 from dbaops.dbms.tidb.agent_role import HARNESS_PRIVILEGES, sem_config_lines
 from dbaops.dbms.tidb.binary import TidbBinary, find_tidb_server
@@ -232,15 +238,23 @@ class TidbServer(ServerDirectory):
         ]
 
     def _spawn(self) -> subprocess.Popen[bytes]:
+        """The server process: as root, in a private view of the filesystem
+        (:mod:`dbaops.dbms.postgres.private_view`; the wrapper ``exec``s into tidb-server, so
+        the process is the server's)."""
+        command, user = self._command(), as_user(self.os_user)
+        if self.os_user is not None and private_views_work():
+            keep = [self.root, self.binary.path.parent]
+            places = [*harness_places(dbaops_home()), self.root.parents[1]]
+            command, user = private_view_command(command, self.os_user, keep, places), {}
         with open(self.root / "log" / "stderr.log", "ab") as stderr:
             return subprocess.Popen(
-                self._command(),
+                command,
                 cwd=self.root / "run",
                 env=SERVER_ENVIRONMENT,
                 stdin=subprocess.DEVNULL,
                 stdout=stderr,
                 stderr=stderr,
-                **as_user(self.os_user),
+                **user,
                 start_new_session=True,  # a Ctrl-C of the harness is the harness's to handle
             )
 
@@ -310,6 +324,7 @@ class TidbServer(ServerDirectory):
                 self._proc = None
                 raise TidbError(f"tidb-server exited ({code}) while starting:\n{self.log_tail()}")
             if await self._answers():
+                remove_stage(list(map(str, self._proc.args)))  # type: ignore[arg-type]
                 return
             if time.monotonic() > deadline:
                 await self.stop()
