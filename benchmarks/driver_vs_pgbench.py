@@ -139,6 +139,7 @@ def run_tool(cluster: PostgresCluster, *args: str) -> str:
         check=False,
         user=cluster.os_user,
         cwd=str(cluster.root),
+        env={**os.environ, "PGPASSWORD": cluster.password("postgres")},
     )
     out = result.stdout + result.stderr
     if result.returncode != 0:
@@ -295,7 +296,7 @@ def run_driver(
     cluster: PostgresCluster, protocol: str, rate: float, args: argparse.Namespace
 ) -> dict[str, Any]:
     pre_run(cluster)
-    endpoint = Endpoint(host=cluster.host, port=cluster.port, database=DATABASE)
+    endpoint = cluster.endpoint(DATABASE)
     spec = OltpWorkload(
         name="tpcb",
         mix={"tpcb": 1.0},
@@ -363,7 +364,7 @@ async def _bare(endpoint: Endpoint, scale: int, clients: int, seconds: float) ->
 
 def run_bare(cluster: PostgresCluster, args: argparse.Namespace) -> dict[str, Any]:
     pre_run(cluster)
-    endpoint = Endpoint(host=cluster.host, port=cluster.port, database=DATABASE)
+    endpoint = cluster.endpoint(DATABASE)
     host0 = host_cpu()
     result = anyio.run(
         _bare, endpoint, args.scale, args.clients, float(args.seconds),

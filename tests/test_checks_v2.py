@@ -21,6 +21,7 @@ from pydantic import TypeAdapter
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.passwords import give_passwords
 from dbaops.dbms.postgres.sampler import MetricSampler
 from dbaops.engine.checks import (
     CheckSources,
@@ -79,9 +80,10 @@ async def orders_db(pg_cluster: PostgresCluster) -> AsyncIterator[OrdersDb]:
                 f"ALTER ROLE {reader} SET enable_indexscan = off;"
                 f"ALTER ROLE {reader} SET enable_bitmapscan = off;"
             )
+            await give_passwords(setup, pg_cluster.secret, [reader])
         finally:
             await setup.close()
-        yield OrdersDb(Endpoint(host=pg_cluster.host, port=pg_cluster.port, database=name), reader)
+        yield OrdersDb(pg_cluster.endpoint(name), reader)
         await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
         await admin.execute(f"DROP ROLE {reader}")
     finally:

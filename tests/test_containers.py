@@ -26,7 +26,6 @@ from dbaops.dbms.postgres.container import (
     labelled,
     open_container_cluster,
 )
-from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.engine.actors import run_fault
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.record.kinds import ActorRecord
@@ -152,7 +151,7 @@ async def test_a_crash_kills_every_server_process_and_a_start_recovers(
     assert await boxed.is_running() is False
     with pytest.raises(OSError):
         await boxed.connect()
-    tool = instance_tool(Endpoint(host=boxed.host, port=boxed.port, database="postgres"), boxed)
+    tool = instance_tool(boxed.endpoint(), boxed)
     shown = await tool.handler({"action": "status"})
     assert "server running: False" in shown.observation
     assert "instance container: exited; exit code 137" in shown.observation

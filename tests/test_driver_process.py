@@ -6,6 +6,7 @@ condition it waited for."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import shutil
 import socket
@@ -64,7 +65,7 @@ LIBRARY = WorkloadLibrary.model_validate(
 
 
 def _endpoint(pg: PostgresCluster) -> Endpoint:
-    return Endpoint(host=pg.host, port=pg.port, database="postgres")
+    return pg.endpoint()
 
 
 def _spec(**fields: object) -> OltpWorkload:
@@ -100,6 +101,7 @@ def _psql_count(pg: PostgresCluster, table: str) -> int:
         [pg.binaries.tool("psql"), "-h", pg.host, "-p", str(pg.port), "-U", "postgres",
          "-d", "postgres", "-Atc", f"SELECT count(*) FROM {table}"],
         capture_output=True, text=True, check=True,
+        env={**os.environ, "PGPASSWORD": pg.password("postgres")},
     )  # fmt: skip
     return int(out.stdout)
 

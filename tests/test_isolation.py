@@ -83,7 +83,7 @@ def _service_user_can_read(path: Path) -> bool:
 
 
 async def _fixture_endpoint(pg_cluster: PostgresCluster) -> Endpoint:
-    admin = Endpoint(host=pg_cluster.host, port=pg_cluster.port, database="postgres")
+    admin = pg_cluster.endpoint()
     lib = load_library("shop")
     await build_fixture(admin, lib, {**lib.params, **SMALL}, 42, "2026-01-01")
     return admin.model_copy(update={"database": lib.database})

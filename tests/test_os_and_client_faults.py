@@ -15,7 +15,7 @@ import pytest
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.postgres.cluster import ClusterError, PostgresCluster
-from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.passwords import give_passwords
 from dbaops.dbms.postgres.volumes import volume_support_problem
 from dbaops.engine.actors import FaultError, run_fault
 from dbaops.evaluation.score import server_crashed
@@ -47,6 +47,7 @@ async def own_cluster() -> AsyncIterator[PostgresCluster]:
         try:
             for role in ("app_rw", "batch"):
                 await admin.execute(f"DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN")
+            await give_passwords(admin, cluster.secret, ["app_rw", "batch"])
         finally:
             await admin.close()
         yield cluster
@@ -185,6 +186,7 @@ async def _drive(
     admin = await pg_cluster.connect()
     try:
         await admin.execute("DO $$BEGIN CREATE ROLE app_rw LOGIN; EXCEPTION WHEN OTHERS THEN END$$")
+        await give_passwords(admin, pg_cluster.secret, ["app_rw"])
     finally:
         await admin.close()
     spec = OltpWorkload.model_validate(
@@ -202,7 +204,7 @@ async def _drive(
             "client": client,
         }
     )
-    endpoint = Endpoint(host=pg_cluster.host, port=pg_cluster.port, database="postgres")
+    endpoint = pg_cluster.endpoint()
     clock = ScenarioClock()
     sink = SampleSink(None, recent_s=3600.0)
     driver = OltpDriver(spec, LIBRARY, {}, endpoint, clock, sink, seed=1)

@@ -145,3 +145,38 @@ def _shows_something(pid: int, path: Path) -> bool:
     if seen.is_dir():
         return any(seen.iterdir())
     return seen.exists()
+
+
+@pytest.mark.parametrize("major", sorted(installed_majors()), ids=lambda m: f"pg{m}")
+async def test_the_servers_os_user_cannot_log_in_as_anyone(major: int) -> None:
+    """No ``trust``: from inside the server, a client without the harness's secrets is refused
+    as the superuser, over TCP and over the socket."""
+    cluster = await PostgresCluster.open(f"t-no-trust-{major}", binaries=installed_majors()[major])
+    await cluster.start()
+    try:
+        hba = (cluster.datadir / "pg_hba.conf").read_text()
+        conn = await cluster.connect()
+        try:
+            await conn.execute("CREATE TEMP TABLE seen(line text)")
+            psql = cluster.binaries.tool("psql")
+            tries = {}
+            for where in (
+                f"127.0.0.1 -p {cluster.port}",
+                f"{cluster.socket_dir} -p {cluster.port}",
+            ):
+                await conn.execute("TRUNCATE seen")
+                await conn.execute(
+                    f"COPY seen FROM PROGRAM $q$({psql} -w -h {where} -U postgres -d postgres "
+                    "-Atc 'SELECT 42' 2>&1; echo exit=$?) | base64 -w0$q$"
+                )
+                encoded = "".join(r["line"] for r in await conn.fetch("SELECT line FROM seen"))
+                tries[where] = base64.b64decode(encoded).decode(errors="replace")
+        finally:
+            await conn.close()
+    finally:
+        await cluster.stop()
+    rules = [line.split() for line in hba.splitlines() if line.strip() and line[0] != "#"]
+    assert rules and all(rule[-1] == "scram-sha-256" for rule in rules), rules
+    for where, out in tries.items():
+        assert "exit=0" not in out and "42" not in out.split("exit=")[0], (where, out)
+        assert "password" in out, (where, out)

@@ -7,6 +7,7 @@ import time
 from dbaops.dbms.postgres.agent_role import grant_cloud_dba
 from dbaops.dbms.postgres.endpoint import Endpoint, quote_ident
 from dbaops.dbms.postgres.harness_role import ensure_harness_role
+from dbaops.dbms.postgres.passwords import give_passwords
 from dbaops.dbms.sessions import Session
 from dbaops.dbms.tidb.endpoint import TidbEndpoint
 from dbaops.dbms.tidb.endpoint import quote_ident as mysql_ident
@@ -37,6 +38,11 @@ async def build_fixture(
             await admin.execute(f"{verb} ROLE {quote_ident(role.name)} {' '.join(opts)}")
         probed = [r.name for r in library.roles if r.login and not r.superuser and not r.dba]
         await ensure_harness_role(admin, probed)
+        if endpoint.role_secret is not None:  # a server dbaops made: nothing logs in on trust
+            logins = await admin.fetch(
+                "SELECT rolname FROM pg_catalog.pg_roles WHERE rolcanlogin AND rolname !~ '^pg_'"
+            )
+            await give_passwords(admin, endpoint.role_secret, [r["rolname"] for r in logins])
         await admin.execute(f'DROP DATABASE IF EXISTS "{library.database}" WITH (FORCE)')
         await admin.execute(f'CREATE DATABASE "{library.database}"')
     finally:

@@ -24,8 +24,9 @@ from dbaops.workloads.spec import LibraryExtension, WorkloadLibrary
 
 #: Bump when the fixture's roles, grants, harness settings or preparation procedure change: old
 #: snapshots rebuild (3: a preparation starts from initdb; the replica profile; history; 4: the
-#: harness's monitoring role, and extension objects left to the superuser).
-FIXTURE_VERSION = 4
+#: harness's monitoring role, and extension objects left to the superuser; 5: no trust: every
+#: role logs in with a password).
+FIXTURE_VERSION = 5
 
 M = TypeVar("M", bound=BaseModel)
 

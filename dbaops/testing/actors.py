@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.postgres.cluster import PostgresCluster
-from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.engine.actors import ActorContext, StandbyAccess
 from dbaops.record.kinds import Record
 
@@ -27,15 +26,11 @@ def cluster_actor_context(
     when it has one)."""
     standby = cluster.standby
     return ActorContext(
-        endpoint=Endpoint(host=cluster.host, port=cluster.port, database="postgres"),
+        endpoint=cluster.endpoint(),
         clock=ScenarioClock(),
         trace=trace,
         instance=cluster,
         host=cluster,
         label=label,
-        standby=None
-        if standby is None
-        else StandbyAccess(
-            Endpoint(host=standby.host, port=standby.port, database="postgres"), standby, standby
-        ),
+        standby=None if standby is None else StandbyAccess(standby.endpoint(), standby, standby),
     )

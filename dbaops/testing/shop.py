@@ -22,7 +22,7 @@ async def small_shop(name: str, binaries: PgBinaries | None = None) -> AsyncIter
     cluster = await PostgresCluster.open(name, binaries=binaries)
     await cluster.start()
     try:
-        admin = Endpoint(host=cluster.host, port=cluster.port, database="postgres")
+        admin = cluster.endpoint()
         lib = load_library("shop")
         await build_fixture(admin, lib, {**lib.params, **SMALL}, 42, "2026-01-01")
         yield admin.model_copy(update={"database": lib.database})

@@ -6,9 +6,11 @@ free loopback port, and works when dbaops runs as root (the server runs as a ser
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
+import pwd
 import re
 import secrets
 import shutil
@@ -26,6 +28,7 @@ import structlog
 
 from dbaops.containers.machine import ServerMachine
 from dbaops.dbms.postgres.binaries import PgBinaries, find_binaries
+from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.harness_role import HARNESS_ROLE
 from dbaops.dbms.postgres.osuser import (
     as_user,
@@ -35,6 +38,7 @@ from dbaops.dbms.postgres.osuser import (
     readable_by_others,
     running_as_root,
 )
+from dbaops.dbms.postgres.passwords import role_password, scram_verifier
 from dbaops.dbms.postgres.private_view import (
     harness_places,
     mount_inside,
@@ -78,6 +82,10 @@ FIXTURE_SETTINGS: dict[str, str] = {
 }
 
 
+#: The role a standby replicates as.
+REPLICATION_ROLE = "replicator"
+
+
 class ClusterError(RuntimeError):
     """The embedded cluster could not be created, started or restored."""
 
@@ -100,6 +108,18 @@ def cluster_dir_name(name: str, home: Path) -> str:
     """A neutral directory name for the cluster of ``name`` (a scenario id): the server shows
     its data directory to the agent (``SHOW data_directory``), which must not name the
     scenario. Keyed by a per-home secret, so the name cannot be guessed from the id."""
+    key = _home_key(home)
+    return "db-" + hmac.new(key, name.encode(), hashlib.sha256).hexdigest()[:12]
+
+
+def role_secret(home: Path) -> str:
+    """The secret the passwords of every role of this home's servers derive from
+    (:mod:`dbaops.dbms.postgres.passwords`)."""
+    return hmac.new(_home_key(home), b"role passwords", hashlib.sha256).hexdigest()
+
+
+def _home_key(home: Path) -> bytes:
+    """The home's random key (made once, root's, mode 0600)."""
     secret_path = home / ".cluster-key"
     if not secret_path.exists():
         home.mkdir(parents=True, exist_ok=True)
@@ -112,8 +132,7 @@ def cluster_dir_name(name: str, home: Path) -> str:
             pass
         finally:
             tmp.unlink()
-    key = secret_path.read_bytes()
-    return "db-" + hmac.new(key, name.encode(), hashlib.sha256).hexdigest()[:12]
+    return secret_path.read_bytes()
 
 
 def port_is_free(port: int) -> bool:
@@ -184,6 +203,26 @@ class PostgresCluster(ServerDirectory):
     def _standby_at(self, root: Path) -> PostgresCluster:
         """The standby cluster kept in ``root`` (same binaries and OS user)."""
         return PostgresCluster(root, self.binaries, self.os_user)
+
+    @functools.cached_property
+    def secret(self) -> str:
+        """What the passwords of this server's roles derive from: its dbaops home's
+        (the nearest directory above it with the home's key; a standby shares its primary's)."""
+        for parent in self.root.parents:
+            if (parent / ".cluster-key").exists():
+                return role_secret(parent)
+        raise ClusterError(f"{self.root} is in no dbaops home (no .cluster-key above it)")
+
+    def password(self, role: str) -> str:
+        """``role``'s password on this server."""
+        return role_password(self.secret, role)
+
+    def endpoint(self, database: str = "postgres", **fields: object) -> Endpoint:
+        """This server's address, with what its roles' passwords derive from."""
+        return Endpoint.model_validate(
+            {"host": self.host, "port": self.port, "database": database,
+             "role_secret": self.secret, **fields}
+        )  # fmt: skip
 
     # -- layout ---------------------------------------------------------------------------
     @property
@@ -286,20 +325,32 @@ class PostgresCluster(ServerDirectory):
         if self.os_user:
             chown_tree(self.root, self.os_user)
         self._seal_snapshots()
-        await self._run(
-            self.binaries.tool("initdb"),
-            "-D",
-            str(self.datadir),
-            "-U",
-            "postgres",
-            "--auth=trust",
-            "-E",
-            "UTF8",
-            "--locale-provider=libc",
-            "--locale=C.UTF-8",
-            "--no-sync",
-            *(["--waldir", str(self.wal_dir)] if self.wal_dir else []),
-        )
+        # The superuser's password reaches initdb in a file only the server's user reads,
+        # removed as soon as initdb is done (no server runs yet).
+        pwfile = self.root / ".initdb-password"
+        pwfile.write_text(self.password("postgres") + "\n")
+        os.chmod(pwfile, 0o600)
+        if self.os_user:
+            entry = pwd.getpwnam(self.os_user)
+            os.chown(pwfile, entry.pw_uid, entry.pw_gid)
+        try:
+            await self._run(
+                self.binaries.tool("initdb"),
+                "-D",
+                str(self.datadir),
+                "-U",
+                "postgres",
+                "--auth=scram-sha-256",
+                f"--pwfile={pwfile}",
+                "-E",
+                "UTF8",
+                "--locale-provider=libc",
+                "--locale=C.UTF-8",
+                "--no-sync",
+                *(["--waldir", str(self.wal_dir)] if self.wal_dir else []),
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
         conf = dict(FIXTURE_SETTINGS)
         conf["unix_socket_directories"] = f"'{self.socket_dir}'"
         conf["archive_command"] = (
@@ -448,10 +499,12 @@ class PostgresCluster(ServerDirectory):
             d.mkdir(parents=True, exist_ok=True)
         if self.os_user:
             chown_tree(root, self.os_user)
+        await self._ensure_replication_role()
         args = [
             self.binaries.tool("pg_basebackup"),
             "-D", str(root / "data"),
-            "-d", f"host={self.host} port={self.port} user=postgres "
+            "-d", f"host={self.host} port={self.port} user={REPLICATION_ROLE} "
+                  f"password={self.password(REPLICATION_ROLE)} "
                   f"application_name={application_name}",
             "-R", "-X", "stream", "--no-sync", "--checkpoint=fast",
         ]  # fmt: skip
@@ -466,6 +519,23 @@ class PostgresCluster(ServerDirectory):
         self.standby = standby
         await standby.start()
         return standby
+
+    async def _ensure_replication_role(self) -> None:
+        """The role a standby streams as (REPLICATION only: its password sits in the
+        standby's ``primary_conninfo``, which the server's user can read, so it must not be
+        the superuser's)."""
+        conn = await self.connect()
+        try:
+            exists = await conn.fetchval(
+                "SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1", REPLICATION_ROLE
+            )
+            verb = "ALTER" if exists else "CREATE"
+            verifier = scram_verifier(self.password(REPLICATION_ROLE))
+            await conn.execute(
+                f"{verb} ROLE {REPLICATION_ROLE} REPLICATION LOGIN PASSWORD '{verifier}'"
+            )
+        finally:
+            await conn.close()
 
     def _point_standby_here(self) -> None:
         """The standby's ``primary_conninfo`` names the primary's port of the run that made it;
@@ -579,6 +649,7 @@ class PostgresCluster(ServerDirectory):
             host=self.host,
             port=self.port,
             user=user,
+            password=self.password(user),
             database=database,
             server_settings={"application_name": application_name},
             ssl=False,

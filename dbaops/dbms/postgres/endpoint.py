@@ -20,6 +20,7 @@ from typing import Literal
 import asyncpg
 from pydantic import BaseModel, Field
 
+from dbaops.dbms.postgres.passwords import role_password
 from dbaops.dbms.postgres.search_path import HARNESS_SEARCH_PATH
 
 #: What every harness session calls itself: one monitoring agent, as a managed service runs.
@@ -62,7 +63,15 @@ class Endpoint(BaseModel):
     port: int
     database: str
     admin_user: str = "postgres"
-    password: str | None = None
+    password: str | None = Field(
+        default=None, repr=False, description="one password for every role (a user's server)"
+    )
+    role_secret: str | None = Field(
+        default=None,
+        repr=False,
+        description="what each role's own password derives from (a server dbaops made: "
+        "dbaops.dbms.postgres.passwords); never recorded",
+    )
     ssl: bool | None = Field(
         default=False,
         description="False for loopback servers (skips the TLS probe); None: asyncpg's default",
@@ -77,6 +86,12 @@ class Endpoint(BaseModel):
         description="the least-privilege harness role that probes and samples (None: the "
         "admin user, on a server whose fixture dbaops did not make)",
     )
+
+    def password_of(self, role: str) -> str | None:
+        """The password ``role`` logs in with."""
+        if self.role_secret is not None:
+            return role_password(self.role_secret, role)
+        return self.password
 
     def _hidden(self, probe: bool) -> dict[str, str]:
         if not self.hide_harness:
@@ -224,7 +239,7 @@ class Endpoint(BaseModel):
             host=self.host,
             port=self.port,
             user=user,
-            password=self.password,
+            password=self.password_of(user),
             database=database or self.database,
             server_settings=settings,
             timeout=timeout_s,
@@ -246,7 +261,7 @@ class Endpoint(BaseModel):
             host=self.host,
             port=self.port,
             user=role,
-            password=self.password,
+            password=self.password_of(role),
             database=database or self.database,
             server_settings={"application_name": application_name},
             min_size=0,

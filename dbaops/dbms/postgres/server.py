@@ -63,6 +63,7 @@ class PostgresBackend:
                 port=self.cluster.port,
                 database="postgres",
                 hide_harness=True,
+                role_secret=self.cluster.secret,
             )
         assert self.external is not None
         return self.external
