@@ -125,3 +125,25 @@ async def test_a_scenario_may_add_only_named_privileges(role_server: TidbServer)
         assert await forbidden_privileges(conn, "dba_backup") == []
     finally:
         conn.close()
+
+
+async def test_the_harness_slow_statements_are_gone_from_what_the_agent_reads(
+    role_server: TidbServer, agent: Any
+) -> None:
+    """``information_schema.slow_query`` reads the slow log file, which ``read_log``'s filter
+    does not reach: at the agent's start the harness's records leave the file."""
+    from dbaops.dbms.tidb.endpoint import execute
+    from dbaops.dbms.tidb.serverlog import forget_harness_records
+
+    harness = await role_server.connect()
+    try:
+        await execute(harness, "SELECT SLEEP(0.6) /* the harness's construction */")
+    finally:
+        harness.close()
+    await fetch_all(agent, "SELECT SLEEP(0.6) /* the application's slow query */")
+    query = "SELECT count(*) FROM information_schema.slow_query WHERE query LIKE '%/* the %'"
+    harness_query = query.replace("the %", "the harness%")
+    assert await fetch_value(agent, harness_query) == 1  # the leak, before
+    forget_harness_records(role_server.slow_log_path)
+    assert await fetch_value(agent, harness_query) == 0
+    assert await fetch_value(agent, query.replace("the %", "the application%")) == 1

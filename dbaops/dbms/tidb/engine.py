@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlparse
 
+import anyio
+
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.interface import (
     DatabaseEngine,
@@ -35,6 +37,7 @@ from dbaops.dbms.tidb.instance_tool import tidb_instance_tool
 from dbaops.dbms.tidb.sampler import TidbMetricSampler
 from dbaops.dbms.tidb.server import TidbError, TidbServer
 from dbaops.dbms.tidb.serverlog import (
+    forget_harness_records,
     log_line_stamp,
     slow_log_stamp,
     without_harness_lines,
@@ -176,6 +179,8 @@ class TidbAgentTools:
     session: TidbSqlSession
     prepare: Callable[[], Any]
     admin: TidbEndpoint
+    #: the embedded server's slow log (None: a user's TiDB, whose files dbaops cannot reach)
+    slow_log: Path | None = None
 
     async def open(self) -> None:
         """Create the agent's user (a fresh password per run), then connect its session."""
@@ -187,13 +192,17 @@ class TidbAgentTools:
         PROCESS privilege reads every user's statements there, sample texts included, and
         TiDB cannot keep one session out of it, so the harness's preparation and
         manifestation checks would tell the agent what is judged. The workloads refill it.
-        (The agent's logs are filtered of the harness's user instead: ``read_log``.)"""
+        ``read_log`` filters the harness's user out of the logs; the slow log's file, which
+        the agent also reads through ``information_schema.slow_query``, loses the harness's
+        records here."""
         conn = await self.admin.raw_connect()
         try:
             await execute(conn, "SET GLOBAL tidb_enable_stmt_summary = OFF")
             await execute(conn, "SET GLOBAL tidb_enable_stmt_summary = ON")
         finally:
             conn.close()
+        if self.slow_log is not None:
+            await anyio.to_thread.run_sync(forget_harness_records, self.slow_log)
 
     async def close(self) -> None:
         await self.session.close()
@@ -283,6 +292,7 @@ class TidbEngine(DatabaseEngine):
             session,
             prepare,
             backend.admin,
+            backend.server.slow_log_path if backend.server is not None else None,
         )
 
 
