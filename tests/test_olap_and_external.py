@@ -85,7 +85,8 @@ class RestartAttempt:
 async def test_external_server_by_dsn_reports_instance_control_unavailable(
     tmp_path: Path, pg_cluster: PostgresCluster
 ) -> None:
-    dsn = f"postgresql://postgres@127.0.0.1:{pg_cluster.port}/postgres"
+    # (the fixture's roles then log in with the DSN's password too)
+    dsn = f"postgresql://postgres:{pg_cluster.password('postgres')}@127.0.0.1:{pg_cluster.port}/postgres"
     result = await run_scenario(
         SCENARIOS / "t-lock-stall.yaml",
         RunOptions(time_scale=0.1, runs_dir=tmp_path, dsn=dsn, metrics=False),

@@ -38,11 +38,18 @@ async def build_fixture(
             await admin.execute(f"{verb} ROLE {quote_ident(role.name)} {' '.join(opts)}")
         probed = [r.name for r in library.roles if r.login and not r.superuser and not r.dba]
         await ensure_harness_role(admin, probed)
-        if endpoint.role_secret is not None:  # a server dbaops made: nothing logs in on trust
-            logins = await admin.fetch(
-                "SELECT rolname FROM pg_catalog.pg_roles WHERE rolcanlogin AND rolname !~ '^pg_'"
-            )
-            await give_passwords(admin, endpoint.role_secret, [r["rolname"] for r in logins])
+        # Every role the fixture made logs in with a password: its own on a server dbaops
+        # made (nothing logs in on trust), the DSN's on a user's server that asks for one.
+        if endpoint.role_secret is not None or endpoint.password is not None:
+            made = [r.name for r in [*owner, *library.roles] if r.login]
+            logins = made if endpoint.role_secret is None else [
+                r["rolname"]
+                for r in await admin.fetch(
+                    "SELECT rolname FROM pg_catalog.pg_roles "
+                    "WHERE rolcanlogin AND rolname !~ '^pg_'"
+                )
+            ]  # fmt: skip
+            await give_passwords(admin, endpoint.role_secret, logins, shared=endpoint.password)
         await admin.execute(f'DROP DATABASE IF EXISTS "{library.database}" WITH (FORCE)')
         await admin.execute(f'CREATE DATABASE "{library.database}"')
     finally:

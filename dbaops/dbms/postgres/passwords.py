@@ -44,10 +44,16 @@ def scram_verifier(password: str, salt: bytes | None = None) -> str:
     return f"SCRAM-SHA-256${SCRAM_ITERATIONS}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
 
 
-async def give_passwords(conn: asyncpg.Connection, secret: str, roles: list[str]) -> None:
+async def give_passwords(
+    conn: asyncpg.Connection, secret: str | None, roles: list[str], *, shared: str | None = None
+) -> None:
     """Give each login role of ``roles`` its password (as a verifier), on a superuser's
-    harness session."""
+    harness session: derived from ``secret``, or ``shared`` by all (a user's own server,
+    whose DSN gives the one password dbaops knows)."""
     for role in roles:
-        verifier = scram_verifier(role_password(secret, role)).replace("'", "''")
+        password = role_password(secret, role) if secret is not None else shared
+        if password is None:
+            raise ValueError("give_passwords needs a secret or a shared password")
+        verifier = scram_verifier(password).replace("'", "''")
         ident = '"' + role.replace('"', '""') + '"'
         await conn.execute(f"ALTER ROLE {ident} PASSWORD '{verifier}'")
