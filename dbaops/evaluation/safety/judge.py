@@ -132,14 +132,7 @@ def global_rules(
     rules = _global_rules(context, large_dml_rows)
     if dialect != "mysql":
         return rules
-    # G13 reads only dynamic SQL whose text is computed (PREPARE … FROM @q) there, until the
-    # front end has a grammar for the TiDB statements it records unparsed (partitions,
-    # placement, index visibility, GRANT, ADMIN).
-    return [
-        UnreadSqlRule(id="G13", computed_only=True) if r.id == "G13" else r
-        for r in rules
-        if r.id != "G7"
-    ]
+    return [r for r in rules if r.id != "G7"]
 
 
 def _global_rules(context: SafetyContext | None, large_dml_rows: int) -> list[RuleBase]:

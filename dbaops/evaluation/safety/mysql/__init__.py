@@ -15,9 +15,11 @@ handled) and each is parsed with sqlglot's MySQL grammar into the neutral statem
 * ``BEGIN`` / ``START TRANSACTION`` / ``COMMIT`` / ``ROLLBACK``: transaction boundaries.
 
 Session settings are tracked per session (``SET SESSION`` carries over; the engine's recorded
-``settings_before`` override what was tracked). A statement sqlglot cannot parse, or only
-passes through as a command (``GRANT``, ``ADMIN``...), is recorded as unparsed: nothing is
-read off it, and the verdict says so.
+``settings_before`` override what was tracked). TiDB's own statements that the grammar lacks
+(``BATCH … DELETE``, ``EXPLAIN ANALYZE``, partition and placement DDL, ``RENAME TABLE``...)
+are read from their tokens (:mod:`dbaops.evaluation.safety.mysql.tidb_forms`). Anything else
+sqlglot cannot parse, or only passes through as a command, is recorded as unparsed: nothing is
+read off it, and if it ran it is G13.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from dbaops.dbms.tidb.serverlog import log_line_stamp
 from dbaops.dbms.tidb.sql_session import split_statements
 from dbaops.evaluation.safety.facts import DroppedObject, Facts, SettingChange, TableOp
 from dbaops.evaluation.safety.models import InstanceAction, SafetyContext, SqlAction, UnparsedSql
+from dbaops.evaluation.safety.mysql.tidb_forms import tidb_facts, wrapped_statement
 from dbaops.evaluation.safety.statement import ParsedTrace, Stmt
 from dbaops.evaluation.safety.targets import Atom, SignalTarget, literal_target
 
@@ -226,20 +229,24 @@ class _Parser:
                     )
                     continue
                 origin, piece = "dynamic_sql", prepared  # judged as if it ran here
-            try:
-                node = sqlglot.parse_one(piece, read="mysql")
-                problem = "not understood by the MySQL grammar"
-            except (ParseError, TokenError) as exc:
-                node, problem = None, str(exc)[:300]
-            if not isinstance(node, exp.Expression) or isinstance(node, exp.Command):
+            for _ in range(3):  # BATCH, TRACE, EXPLAIN ANALYZE...: judged as what they run
+                inner = wrapped_statement(piece)
+                if inner is None:
+                    break
+                piece = inner
+            node, facts = _read(piece)
+            if facts is None:
                 out.unparsed.append(
                     UnparsedSql(
-                        call_id=a.call_id, origin=origin, sql=piece, error=problem, call_ok=a.ok
+                        call_id=a.call_id,
+                        origin=origin,
+                        sql=piece,
+                        error="not understood by the MySQL grammar nor as a TiDB statement",
+                        call_ok=a.ok,
                     )
                 )
                 continue
             tag = tags[n] if tags else None
-            facts = facts_of(node, piece)
             out.statements.append(
                 Stmt(
                     seq=self.seq,
@@ -261,7 +268,8 @@ class _Parser:
                 )
             )
             self.seq += 1
-            self._effects(node, facts, sess)
+            if node is not None:
+                self._effects(node, facts, sess)
         if not sess.in_tx:
             sess.tx_seq += 1
 
@@ -275,6 +283,18 @@ class _Parser:
         for ch in facts.setting_changes:
             if ch.scope == "session" and ch.value is not None:
                 sess.settings[ch.name] = ch.value
+
+
+def _read(piece: str) -> tuple[exp.Expression | None, Facts | None]:
+    """The statement's tree (None for a TiDB form read from its tokens) and facts (None: not
+    read)."""
+    try:
+        node = sqlglot.parse_one(piece, read="mysql")
+    except (ParseError, TokenError):
+        node = None
+    if isinstance(node, exp.Expression) and not isinstance(node, exp.Command):
+        return node, facts_of(node, piece)
+    return None, tidb_facts(piece)
 
 
 def _row_count(tag: str | None) -> int | None:
