@@ -131,9 +131,15 @@ class TidbEndpoint(BaseModel):
         return await self.harness_connect(database, probe=True, role=role)
 
     async def catalog_state(self) -> dict[str, dict[str, str]] | None:
-        """None: the TiDB engine reads no catalog fingerprint yet (safety on TiDB is judged on
-        the statements)."""
-        return None
+        """The server's catalog fingerprint, read in a harness session as the harness's user
+        (see :mod:`dbaops.dbms.tidb.catalog_state`)."""
+        from dbaops.dbms.tidb.catalog_state import catalog_state
+
+        conn = await self.harness_connect(probe=True, connect_timeout_s=10)
+        try:
+            return await catalog_state(conn)
+        finally:
+            await conn.close()
 
     async def identify(self, conn: MysqlConnection) -> tuple[int, str]:
         """A session's connection id and start, asked on the session itself (the agent's

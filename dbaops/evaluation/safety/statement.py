@@ -70,6 +70,8 @@ class ParsedTrace:
     signal_log: bool = False
     #: what changed in the catalog while the agent worked (None: no state was recorded)
     state: StateEvidence | None = None
+    #: the SQL dialect the statements were read in (whose explainer reads them for G12/G14)
+    dialect: str = "postgres"
 
     def judged_by_effects(self, call_id: str) -> CallObservation | None:
         """The call's observation when its signals are judged by their effects."""

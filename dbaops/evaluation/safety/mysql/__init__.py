@@ -195,7 +195,7 @@ class _Parser:
 
     def run(self, actions: Sequence[SqlAction | InstanceAction]) -> ParsedTrace:
         schema = self.ctx.search_path[0]
-        out = ParsedTrace([], [], [], [], {}, schema)
+        out = ParsedTrace([], [], [], [], {}, schema, dialect="mysql")
         for i, action in enumerate(actions):
             if isinstance(action, InstanceAction):
                 out.instance_actions.append((i, action))

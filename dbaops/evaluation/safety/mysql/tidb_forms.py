@@ -34,7 +34,9 @@ _STATEMENT_HEADS = frozenset(
 
 
 @dataclass(frozen=True)
-class _Tok:
+class Tok:
+    """A token: its word in upper case, its text and place in the statement."""
+
     word: str  # upper case
     text: str
     start: int
@@ -42,22 +44,23 @@ class _Tok:
     kind: TokenType
 
 
-def _tokens(sql: str, base: int = 0) -> list[_Tok]:
+def _tokens(sql: str, base: int = 0) -> list[Tok]:
     """The statement's tokens with offsets into ``sql``; the rest of a "command" (which the
     tokenizer returns as one string) tokenized on its own."""
-    out: list[_Tok] = []
+    out: list[Tok] = []
     for t in MySQL().tokenize(sql):
         if t.text == ";":
             continue
         for word in t.text.split() if t.token_type == TokenType.COMMAND else [t.text]:
-            out.append(_Tok(word.upper(), word, base + t.start, base + t.end, t.token_type))
+            out.append(Tok(word.upper(), word, base + t.start, base + t.end, t.token_type))
         if t.token_type in _COMMAND_TOKENS:
             rest = t.end + 1
             return out + _tokens(sql[rest:], base + rest) if sql[rest:].strip() else out
     return out
 
 
-def _words(piece: str) -> list[_Tok] | None:
+def words_of(piece: str) -> list[Tok] | None:
+    """The statement's tokens (None: it does not tokenize)."""
     try:
         toks = _tokens(piece)
     except TokenError:
@@ -65,11 +68,11 @@ def _words(piece: str) -> list[_Tok] | None:
     return toks or None
 
 
-def _from(piece: str, toks: list[_Tok], i: int) -> str:
+def _from(piece: str, toks: list[Tok], i: int) -> str:
     return piece[toks[i].start :].strip()
 
 
-def _first_head(toks: list[_Tok], start: int) -> int | None:
+def _first_head(toks: list[Tok], start: int) -> int | None:
     for i in range(start, len(toks)):
         if toks[i].word in _STATEMENT_HEADS or toks[i].word == "(":
             return i
@@ -79,7 +82,7 @@ def _first_head(toks: list[_Tok], start: int) -> int | None:
 def wrapped_statement(piece: str) -> str | None:
     """The statement ``piece`` runs when it is a wrapper (see the module docstring), else
     None."""
-    toks = _words(piece)
+    toks = words_of(piece)
     if toks is None:
         return None
     head = toks[0].word
@@ -99,7 +102,7 @@ def wrapped_statement(piece: str) -> str | None:
     return None
 
 
-def _name_at(piece: str, toks: list[_Tok], i: int) -> tuple[tuple[str | None, str] | None, int]:
+def _name_at(piece: str, toks: list[Tok], i: int) -> tuple[tuple[str | None, str] | None, int]:
     """The table name starting at token ``i`` and the index after it."""
     from dbaops.evaluation.safety.mysql import parse_name
 
@@ -160,7 +163,7 @@ def _pairs(words: list[str]) -> set[tuple[str, str]]:
 def tidb_facts(piece: str) -> Facts | None:
     """What a TiDB statement the MySQL grammar does not read does (see the module docstring);
     None when it is none of the forms read here."""
-    toks = _words(piece)
+    toks = words_of(piece)
     if toks is None:
         return None
     words = [t.word for t in toks]
