@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from dbaops.dbms.postgres.search_path import canonical_sql, qualify, search_path_problems
@@ -47,3 +49,62 @@ def test_qualify_writes_the_schema_and_the_canonical_form_takes_it_out() -> None
     assert fixed == "SELECT count(*) FROM public.orders WHERE oid = 'public.orders'::regclass"
     assert search_path_problems(fixed) == []
     assert canonical_sql(fixed) == sql
+
+
+@pytest.mark.parametrize(
+    "sql,found",
+    [
+        ("UPDATE public.orders SET amount = 1 WHERE id = 1", "UPDATE"),
+        ("SELECT pg_catalog.count(*) FROM public.orders", "relation public.orders"),
+        ("SELECT public.room_for(4)", "routine public.room_for"),
+        ("DO $$ BEGIN PERFORM 1; END $$", "a DO block"),
+        ("COPY public.audit_log FROM STDIN", "COPY"),
+    ],
+)
+def test_superuser_sql_that_could_run_the_agents_code_is_found(sql: str, found: str) -> None:
+    """A superuser statement run while the agent works must not touch what the agent could
+    have planted a trigger, rule, default, view or policy in."""
+    from dbaops.dbms.postgres.superuser_reach import agent_reachable
+
+    assert found in agent_reachable(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "COMMENT ON ROLE dashboard IS 'released'",
+        "ALTER ROLE bi SET work_mem = '1MB'",
+        "SELECT pg_catalog.pg_sleep(1), count(*) FROM pg_stat_activity",
+        "REFRESH MATERIALIZED VIEW public.order_totals",  # runs as the view's owner
+        "VACUUM ANALYZE public.orders",
+    ],
+)
+def test_superuser_sql_that_reaches_nothing_of_the_agents_passes(sql: str) -> None:
+    from dbaops.dbms.postgres.superuser_reach import agent_reachable
+
+    assert agent_reachable(sql) == []
+
+
+def test_check_rejects_a_superuser_fault_on_business_tables_while_the_agent_works(
+    tmp_path: Path,
+) -> None:
+    """``dbaops check``: a superuser fault after t = 0 that writes a business table is
+    rejected (a fixture role's is not, nor the same fault before the agent starts)."""
+    import yaml
+
+    from dbaops.scenario.loader import ScenarioError, check_scenario
+
+    source = Path(__file__).parent / "scenarios" / "t-olap.yaml"
+    data = yaml.safe_load(source.read_text())
+    fault = data["events"][0]["fault"]
+    assert fault["role"] == "migrator"
+    path = tmp_path / "t-olap.yaml"
+    path.write_text(yaml.safe_dump(data))
+    check_scenario(path)
+    del fault["role"]  # the superuser, by default
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ScenarioError, match="runs as the superuser 'postgres' while the agent"):
+        check_scenario(path)
+    data["events"][0]["at"] = 0
+    path.write_text(yaml.safe_dump(data))
+    check_scenario(path)

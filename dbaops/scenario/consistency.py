@@ -380,6 +380,31 @@ def _container_problems(sc: Scenario, parts: list[tuple[str, BaseModel]]) -> lis
     return problems
 
 
+def _live_superuser_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
+    """A fault that runs SQL as a superuser after the agent has started (an event after
+    t = 0, or a live actor's loop) must touch nothing the agent could have planted code in
+    (:mod:`dbaops.dbms.postgres.superuser_reach`)."""
+    from dbaops.dbms.postgres.superuser_reach import agent_reachable
+
+    superusers = {"postgres"} | {r.name for r in lib.roles if r.superuser}
+    problems: list[str] = []
+    for i, event in enumerate(sc.events):
+        fault = event.fault
+        role = getattr(fault, "role", None)
+        if fault is None or role not in superusers or not (event.at > 0 or fault.live):
+            continue
+        sqls = [getattr(fault, "sql", None), *getattr(fault, "statements", [])]
+        reach = [what for sql in sqls if isinstance(sql, str) for what in agent_reachable(sql)]
+        if reach:
+            problems.append(
+                f"events[{i}].fault: runs as the superuser {role!r} while the agent works, and "
+                f"{', '.join(reach[:4])} could run code the agent planted (a trigger, rule, "
+                "default, view or policy) as a superuser: run it as a fixture role (role:), "
+                "or before the agent starts"
+            )
+    return problems
+
+
 def _solution_problems(sc: Scenario) -> list[str]:
     """A Hard bounded scenario declares its reflex fix, so validation can show the verifier
     rejects it (paper §4.2; a persistent scenario is Hard at corpus level)."""
@@ -399,6 +424,7 @@ def scenario_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
         *_solution_problems(sc),
         *_replica_problems(sc, parts),
         *_container_problems(sc, parts),
+        *(_live_superuser_problems(sc, lib) if sc.engine == "postgres" else []),
         *_sql_problems(sc, lib, parts),
         *_tidb_problems(sc, lib, parts),
     ]

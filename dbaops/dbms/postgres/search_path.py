@@ -84,15 +84,15 @@ class Unqualified:
         )
 
 
-def _nodes(node: Any) -> Iterator[ast.Node]:
+def iter_nodes(node: Any) -> Iterator[ast.Node]:
     """Every node under ``node``, depth first."""
     if isinstance(node, ast.Node):
         yield node
         for slot in getattr(type(node), "__slots__", ()):
-            yield from _nodes(getattr(node, slot, None))
+            yield from iter_nodes(getattr(node, slot, None))
     elif isinstance(node, tuple | list):
         for item in node:
-            yield from _nodes(item)
+            yield from iter_nodes(item)
 
 
 def _names(items: Any) -> list[str]:
@@ -146,7 +146,7 @@ def search_path_problems(sql: str, own_routines: frozenset[str] = frozenset()) -
         return []
     found: list[Unqualified] = []
     for raw in statements:
-        nodes = list(_nodes(raw.stmt))
+        nodes = list(iter_nodes(raw.stmt))
         ctes = {n.ctename for n in nodes if isinstance(n, ast.CommonTableExpr)}
         for node in nodes:
             found.extend(_node_problems(node, ctes, sql, own_routines))
