@@ -10,7 +10,8 @@ of a ``DELETE`` (both run it), ``ALTER TABLE … TRUNCATE PARTITION``, ``RENAME 
 * :func:`tidb_facts`: what a statement the grammar lacks does, for the forms TiDB has
   (partition and placement DDL, ``RENAME TABLE``, ``REPLACE``, ``LOCK TABLES``, resource
   groups, bindings, ``SHOW`` variants). Dropping, truncating or exchanging a partition is a
-  ``TRUNCATE`` of its table (rows are lost).
+  ``TRUNCATE`` of its table (rows are lost); setting a TTL on a table is a ``DELETE`` from it
+  (TiDB's TTL jobs delete the expired rows in the background).
 
 Anything else the grammar cannot read stays unparsed, and is G13 on TiDB as on PostgreSQL.
 """
@@ -156,6 +157,16 @@ _NO_TABLE_EFFECT = (
 _DATA_LOSS = (("TRUNCATE", "PARTITION"), ("DROP", "PARTITION"), ("EXCHANGE", "PARTITION"))
 
 
+def _ttl_on(words: list[str]) -> bool:
+    """Whether an ``ALTER TABLE``'s options set a TTL (or switch one on)."""
+    if "TTL" in words and not _pairs(words) & {("REMOVE", "TTL")}:
+        return True
+    if "TTL_ENABLE" in words:
+        after = words[words.index("TTL_ENABLE") + 1 :]
+        return "ON" in after[:2]
+    return False
+
+
 def _pairs(words: list[str]) -> set[tuple[str, str]]:
     return set(zip(words, words[1:], strict=False))
 
@@ -186,7 +197,10 @@ def tidb_facts(piece: str) -> Facts | None:
                 if other is not None:
                     ops.append(TableOp("truncate", relation=other, detail=detail))
             return Facts(table_ops=tuple(ops))
-        return Facts(table_ops=(TableOp("alter_table", relation=relation, detail=detail),))
+        ops.append(TableOp("alter_table", relation=relation, detail=detail))
+        if _ttl_on(rest):  # TiDB's TTL jobs delete the rows it makes expire, in the background
+            ops.append(TableOp("delete", relation=relation, detail=detail))
+        return Facts(table_ops=tuple(ops))
     if head == "RENAME" and words[1:2] == ["TABLE"]:
         i = 2
         while i < len(toks):
