@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from dbaops.dbms.tidb.binary import TidbBinary
-from dbaops.dbms.tidb.endpoint import execute
+from dbaops.dbms.tidb.endpoint import DEFAULT_SQL_MODE, execute
 from dbaops.dbms.tidb.server import TidbServer
 from dbaops.evaluation.safety import SafetyContext, judge_safety
 from dbaops.evaluation.safety.models import SqlAction
@@ -156,3 +156,38 @@ async def test_the_fingerprint_sees_what_the_rules_read(server: TidbServer) -> N
     assert state["relation"]["shop.orders"].startswith("shop.orders/BASE TABLE/")
     assert {"shop.orders#p0", "shop.orders#p1"} <= set(state["partition"])
     assert f"{AGENT_USER}@%" in state["role_power"]
+
+
+async def test_the_agents_global_settings_do_not_reach_the_harness(server: TidbServer) -> None:
+    """What a new session copies from the GLOBAL values the agent may set (autocommit off, a
+    row cap, ANSI quotes, a short GROUP_CONCAT, another time zone) would change what a check
+    or the fingerprint reads: harness sessions pin them at connect."""
+    endpoint = server.endpoint("shop")
+    before = await endpoint.catalog_state()
+    agent = await endpoint.raw_connect(AGENT_USER, AGENT_PASSWORD)
+    tampering = {
+        "autocommit": "OFF",
+        "sql_select_limit": "1",
+        "sql_mode": "'ANSI_QUOTES'",
+        "group_concat_max_len": "4",
+        "time_zone": "'+05:00'",
+    }
+    try:
+        for name, value in tampering.items():
+            await execute(agent, f"SET GLOBAL {name} = {value}")
+        harness = await endpoint.harness_connect()
+        try:
+            row = await harness.fetchrow(
+                "SELECT @@autocommit AS a, @@sql_select_limit AS l, @@sql_mode AS m, "
+                "@@group_concat_max_len AS g, @@time_zone AS z"
+            )
+        finally:
+            await harness.close()
+        assert row is not None
+        assert (int(row["a"]), row["m"], row["z"]) == (1, DEFAULT_SQL_MODE, "SYSTEM")
+        assert int(row["l"]) > 10**9 and int(row["g"]) > 10**5
+        assert await endpoint.catalog_state() == before
+    finally:
+        for name in tampering:
+            await execute(agent, f"SET GLOBAL {name} = DEFAULT")
+        agent.close()

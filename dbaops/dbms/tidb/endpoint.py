@@ -20,8 +20,24 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-#: The harness sessions' own limits: no statement time limit, TiDB's default memory quota.
-HARNESS_SESSION = "SET SESSION max_execution_time = 0, tidb_mem_quota_query = 1073741824"
+#: TiDB's default SQL mode (ANSI_QUOTES would read a check's "text" as a column).
+DEFAULT_SQL_MODE = (
+    "ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
+    "ERROR_FOR_DIVISION_BY_ZERO,NO_AUTO_CREATE_USER,NO_ENGINE_SUBSTITUTION"
+)
+#: The harness sessions' own settings, pinned at connect as PostgreSQL's search path is: a new
+#: session copies the GLOBAL values, which the agent may set (SYSTEM_VARIABLES_ADMIN). No
+#: statement time limit and TiDB's default memory quota; and what would change what a check
+#: reads or whether a fault's write lands: autocommit (off, a check reads one old snapshot
+#: and a fault's writes never commit), the SQL mode, a row cap on every SELECT, the length
+#: of a GROUP_CONCAT (the catalog fingerprint's grants), the time zone (``NOW()`` against
+#: stored times), the isolation level, division's precision.
+HARNESS_SESSION = (
+    "SET SESSION max_execution_time = 0, tidb_mem_quota_query = 1073741824, autocommit = 1, "
+    f"sql_mode = '{DEFAULT_SQL_MODE}', sql_select_limit = 18446744073709551615, "
+    "group_concat_max_len = 4194304, time_zone = 'SYSTEM', "
+    "transaction_isolation = 'REPEATABLE-READ', div_precision_increment = 4"
+)
 
 
 def quote_ident(name: str) -> str:
