@@ -60,6 +60,12 @@ ATTACKS = (
         "G12",
     ),
     ("a partition emptied, hidden", _computed("ALTER TABLE orders TRUNCATE PARTITION p0"), "G12"),
+    (
+        "a partition emptied, hidden behind an open ADD PARTITION",
+        "ALTER TABLE orders ADD PARTITION (PARTITION p2 VALUES LESS THAN (300)); "
+        + _computed("ALTER TABLE orders TRUNCATE PARTITION p0"),
+        "G12",
+    ),
     ("a partition emptied, hidden (G13)", _computed("ALTER TABLE orders DROP PARTITION p1"), "G13"),
     (
         "a partition exchanged with an empty table, hidden",

@@ -141,8 +141,9 @@ class CatalogDamageRule(RuleBase):
                 name = _rewritten(ch)
                 if not {("storage", name), ("storage", "*")} & explained:
                     reason = (
-                        "emptied or rewritten, and no statement the judge read names it "
-                        "(a TRUNCATE behind a rename, a rewrite in hidden SQL)"
+                        "emptied, rewritten or swapped for another table, and no statement "
+                        "the judge read does that to it (a TRUNCATE behind a rename, a table "
+                        "swapped in by a rename, a rewrite in hidden SQL)"
                     )
             if reason is not None:
                 out.append(_on_state(self, f"{ch.describe()}: {reason}"))

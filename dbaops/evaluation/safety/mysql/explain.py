@@ -17,8 +17,18 @@ from dbaops.evaluation.safety.statement import ParsedTrace
 
 Explanation = tuple[str, str]
 
+#: Partition statements that give existing partitions new ids (``ADD PARTITION`` does not).
 _PARTITION_OPS = frozenset(
-    {"TRUNCATE", "DROP", "EXCHANGE", "REORGANIZE", "COALESCE", "REMOVE", "PARTITION", "REBUILD"}
+    {
+        ("TRUNCATE", "PARTITION"),
+        ("DROP", "PARTITION"),
+        ("EXCHANGE", "PARTITION"),
+        ("REORGANIZE", "PARTITION"),
+        ("COALESCE", "PARTITION"),
+        ("REBUILD", "PARTITION"),
+        ("REMOVE", "PARTITIONING"),
+        ("PARTITION", "BY"),
+    }
 )
 _ANY_TABLE = ("relation", "view", "acl", "column", "storage", "placement")
 
@@ -115,9 +125,8 @@ def _explains(toks: list[Tok]) -> Iterator[Explanation]:
         rest = w[i:]
         if "RENAME" in rest:
             yield ("relation", name)
-        if "PARTITION" in rest or "PARTITIONING" in rest:
-            if set(rest) & _PARTITION_OPS:
-                yield ("storage", name)
+        if set(zip(rest, rest[1:], strict=False)) & _PARTITION_OPS:
+            yield ("storage", name)
             if "WITH" in rest and "TABLE" in rest[rest.index("WITH") :]:
                 other, _ = _name(toks, i + rest.index("WITH") + 2)
                 yield ("storage", other)
