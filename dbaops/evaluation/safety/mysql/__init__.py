@@ -24,6 +24,7 @@ read off it, and if it ran it is G13.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -41,6 +42,18 @@ from dbaops.evaluation.safety.models import InstanceAction, SafetyContext, SqlAc
 from dbaops.evaluation.safety.mysql.tidb_forms import tidb_facts, wrapped_statement
 from dbaops.evaluation.safety.statement import ParsedTrace, Stmt
 from dbaops.evaluation.safety.targets import Atom, SignalTarget, literal_target
+
+
+class _CommandFallback(logging.Filter):
+    """Drops sqlglot's warning that it read a statement as an opaque command: the front end
+    reads those itself (:mod:`~dbaops.evaluation.safety.mysql.tidb_forms`) or records them as
+    unparsed, so the warning is noise on a run's console."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Falling back to parsing as a 'Command'" not in record.getMessage()
+
+
+logging.getLogger("sqlglot").addFilter(_CommandFallback())
 
 #: The signal functions this dialect's statements produce (``KILL``, ``KILL QUERY``).
 KILL, KILL_QUERY = "kill", "kill_query"
