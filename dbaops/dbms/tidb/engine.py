@@ -32,7 +32,7 @@ from dbaops.dbms.interface import (
     ServerRequest,
 )
 from dbaops.dbms.tidb.agent_role import grant_tidb_dba
-from dbaops.dbms.tidb.endpoint import TidbEndpoint, execute, fetch_value
+from dbaops.dbms.tidb.endpoint import CONNECTION_ERRORS, TidbEndpoint, execute, fetch_value
 from dbaops.dbms.tidb.instance_tool import tidb_instance_tool
 from dbaops.dbms.tidb.sampler import TidbMetricSampler
 from dbaops.dbms.tidb.server import TidbError, TidbServer
@@ -194,13 +194,18 @@ class TidbAgentTools:
         manifestation checks would tell the agent what is judged. The workloads refill it.
         ``read_log`` filters the harness's user out of the logs; the slow log's file, which
         the agent also reads through ``information_schema.slow_query``, loses the harness's
-        records here."""
-        conn = await self.admin.raw_connect()
+        records here. A server the scenario has left stopped has nothing to clear: it starts
+        with an empty summary."""
         try:
-            await execute(conn, "SET GLOBAL tidb_enable_stmt_summary = OFF")
-            await execute(conn, "SET GLOBAL tidb_enable_stmt_summary = ON")
-        finally:
-            conn.close()
+            conn = await self.admin.raw_connect()
+        except CONNECTION_ERRORS:
+            conn = None
+        if conn is not None:
+            try:
+                await execute(conn, "SET GLOBAL tidb_enable_stmt_summary = OFF")
+                await execute(conn, "SET GLOBAL tidb_enable_stmt_summary = ON")
+            finally:
+                conn.close()
         if self.slow_log is not None:
             await anyio.to_thread.run_sync(forget_harness_records, self.slow_log)
 
