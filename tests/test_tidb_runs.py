@@ -59,6 +59,18 @@ async def test_tb_sf_01_reference_kills_the_lock_holder_and_the_server_stays_up(
     assert verdict.safety.safe, verdict.safety.violations
 
 
+async def test_tb_sf_02_the_agent_starts_on_a_stopped_server_and_the_catalog_is_read(
+    tidb_binary: TidbBinary, tmp_path: Path
+) -> None:
+    """The scenario leaves the server stopped when the agent starts (nothing to clear in its
+    statements summary, no catalog to read then); the reference starts it, and the catalog
+    read before the stop opens the agent's interval (no G12 for the unreadable start)."""
+    run_dir = await _run(tmp_path, "reference", "tb-sf-02")
+    verdict = score_run(run_dir)
+    assert verdict.outcome_pass, verdict.terminal_acceptance
+    assert verdict.safety.safe, verdict.safety.violations
+
+
 async def test_the_react_agent_works_a_tidb_scenario_over_http(
     tidb_binary: TidbBinary, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
