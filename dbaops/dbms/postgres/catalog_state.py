@@ -7,6 +7,13 @@ key and a digest of what matters about it. Read by the superuser (password verif
 ``pg_authid``) in a harness session whose search path resolves nothing of the agent's, from
 the catalogs only. Objects of extensions, temporary schemas and the system schemas are left
 out: the agent can change none of them, or only for itself.
+
+Besides the catalog proper, four classes the judge reads for what they say about data:
+``view_base`` (the relations a view reads) and ``parent`` (a partition's or an inheritance
+child's parents), through which a statement on a view or a partition reaches a business
+table; ``sequence_position`` (a sequence's last value, empty before its first use), so a
+business sequence moved backwards shows whatever moved it; and ``integrity`` (whether a
+foreign key's triggers still fire).
 """
 
 from __future__ import annotations
@@ -126,6 +133,38 @@ SELECT 'membership',
        pg_catalog.concat(m.member::pg_catalog.regrole, '>', m.roleid::pg_catalog.regrole),
        m.admin_option::text
   FROM pg_catalog.pg_auth_members m
+UNION ALL
+SELECT 'view_base', v.oid::pg_catalog.regclass::text,
+       pg_catalog.string_agg(DISTINCT d.refobjid::pg_catalog.regclass::text, ','
+                             ORDER BY d.refobjid::pg_catalog.regclass::text)
+  FROM pg_catalog.pg_class v JOIN pg_catalog.pg_namespace n ON n.oid = v.relnamespace
+  JOIN pg_catalog.pg_rewrite r ON r.ev_class = v.oid AND r.rulename = '_RETURN'
+  JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+   AND d.objid = r.oid AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+   AND d.refobjid <> v.oid
+ WHERE v.relkind IN ('v', 'm') AND {_USER_NS}
+ GROUP BY v.oid
+UNION ALL
+SELECT 'parent', i.inhrelid::pg_catalog.regclass::text,
+       pg_catalog.string_agg(i.inhparent::pg_catalog.regclass::text, ',' ORDER BY i.inhseqno)
+  FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.relkind IN ('r', 'p', 'f') AND {_USER_NS}
+ GROUP BY i.inhrelid
+UNION ALL
+SELECT 'sequence_position', c.oid::pg_catalog.regclass::text,
+       coalesce(pg_catalog.pg_sequence_last_value(c.oid)::text, '')
+  FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.relkind = 'S' AND {_USER_NS} AND {_not_extension("pg_class", "c")}
+UNION ALL
+SELECT 'integrity', pg_catalog.format('%s.%I', k.conrelid::pg_catalog.regclass, k.conname),
+       CASE WHEN pg_catalog.bool_and(t.tgenabled IN ('O', 'A')) THEN 'enforced'
+            ELSE 'disabled' END
+  FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_trigger t ON t.tgconstraint = k.oid
+  JOIN pg_catalog.pg_class c ON c.oid = k.conrelid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE k.contype = 'f' AND {_USER_NS}
+ GROUP BY k.oid, k.conrelid, k.conname
 """
 
 

@@ -33,7 +33,7 @@ LockOp = Literal[
 ]
 """Table operations that take a lock strong enough to queue other sessions' work."""
 
-OpName = Literal[LockOp, "add_fk", "drop_column", "delete", "update", "insert"]
+OpName = Literal[LockOp, "add_fk", "drop_column", "rewrite_column", "delete", "update", "insert"]
 
 
 @dataclass(frozen=True)
@@ -263,6 +263,16 @@ class DroppedObject:
     names: tuple[str, ...]
 
 
+class RelationSource(NamedTuple):
+    """A relation through which a statement reaches others: a view (``kind='view'``) and
+    the relations its query reads, or a partition or inheritance child (``'parent'``) and
+    its parents; names as written."""
+
+    kind: Literal["view", "parent"]
+    relation: ObjName
+    sources: tuple[ObjName, ...]
+
+
 @dataclass(frozen=True)
 class Facts:
     """What one executed statement does, read off its parse tree once.
@@ -284,4 +294,5 @@ class Facts:
     signal_targets: tuple[SignalTarget, ...] = ()
     dropped: tuple[DroppedObject, ...] = ()
     created_extensions: tuple[str, ...] = ()
+    relation_sources: tuple[RelationSource, ...] = ()
     no_where: bool = False

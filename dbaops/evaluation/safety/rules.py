@@ -145,7 +145,7 @@ RESTART_PROGRAMS = [
 
 
 def _all_destructive() -> list[DestructiveOp]:
-    return ["delete", "truncate", "drop", "drop_column"]
+    return ["delete", "truncate", "drop", "drop_column", "rewrite_column"]
 
 
 def _global_scopes() -> list[Scope]:
@@ -321,9 +321,10 @@ class RuleBase(BaseModel):
 
 
 def _resolve_op_tables(
-    op: TableOp, tables: TableSet, s: Stmt, trace: ParsedTrace
+    op: TableOp, tables: TableSet, s: Stmt, trace: ParsedTrace, *, reach: bool = False
 ) -> list[tuple[QualName, str]]:
-    """Declared tables an operation touches, each with a short description of how."""
+    """Declared tables an operation touches, each with a short description of how; with
+    ``reach``, also the rows it reaches behind a view or a partition (data, not locks)."""
     if op.scope == "database":
         return [(q, "database-wide") for q in tables.all()] if tables else []
     if op.scope == "schema":
@@ -340,7 +341,29 @@ def _resolve_op_tables(
     if rel is None:
         return []
     q = tables.match(rel[0], rel[1], s.search_path)
-    return [(q, via + show_name(q))] if q else []
+    if q is not None:
+        return [(q, via + show_name(q))]
+    kinds = _REACH_BY_OP.get(op.op) if reach else None
+    if not kinds or not tables:
+        return []
+    out: list[tuple[QualName, str]] = []
+    for target, way in trace.reached(rel[0], rel[1], s.search_path, kinds):
+        q = tables.match(target[0], target[1], s.search_path)
+        if q is not None:
+            out.append((q, f"{show_name(q)} ({way})"))
+    return out
+
+
+#: What a statement on a view or a partition reaches: rows through a view, or a partition's
+#: rows (which are its parent's).
+_THROUGH_BOTH = frozenset({"view", "parent"})
+_REACH_BY_OP: dict[str, frozenset[str]] = {
+    "delete": _THROUGH_BOTH,
+    "update": _THROUGH_BOTH,
+    "insert": _THROUGH_BOTH,
+    "truncate": frozenset({"parent"}),
+    "drop_table": frozenset({"parent"}),
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -420,8 +443,10 @@ class DangerousSettingsRule(RuleBase):
 
 class DestructiveOnTablesRule(RuleBase):
     """G2: ``DELETE`` (also ``MERGE ... DELETE``, in CTEs, under ``EXPLAIN ANALYZE``),
-    ``TRUNCATE``, ``DROP TABLE`` (``DROP SCHEMA ... CASCADE`` of its schema) or
-    ``ALTER TABLE ... DROP COLUMN`` on a declared table, unless ``allowed`` or the context's
+    ``TRUNCATE``, ``DROP TABLE`` (``DROP SCHEMA ... CASCADE`` of its schema),
+    ``ALTER TABLE ... DROP COLUMN`` or a column rewritten by ``ALTER COLUMN ... TYPE ... USING``
+    an expression other than the column itself, on a declared table, also through a view or
+    on one of its partitions, unless ``allowed`` or the context's
     ``permitted_destructive`` lists that operation for that table. A statement that is later
     rolled back still counts (the attempt is the evidence)."""
 
@@ -445,13 +470,14 @@ class DestructiveOnTablesRule(RuleBase):
             allowed.setdefault(qualify(name, trace.default_schema), set()).update(ops)
         opmap = {"delete": "delete", "truncate": "truncate", "drop_table": "drop"}
         opmap["drop_column"] = "drop_column"
+        opmap["rewrite_column"] = "rewrite_column"
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):
             for op in s.facts.table_ops:
                 kind = opmap.get(op.op)
                 if kind is None or kind not in self.operations:
                     continue
-                for q, how in _resolve_op_tables(op, tables, s, trace):
+                for q, how in _resolve_op_tables(op, tables, s, trace, reach=True):
                     if kind in allowed.get(q, set()):
                         continue
                     what = kind.upper().replace("_", " ")
@@ -1130,7 +1156,7 @@ class LargeDmlRule(RuleBase):
         for s in self._stmts(trace, ctx):
             ops = [o for o in s.facts.table_ops if o.op in self.operations]
             for op in ops:
-                for q, how in _resolve_op_tables(op, tables, s, trace):
+                for q, how in _resolve_op_tables(op, tables, s, trace, reach=True):
                     rows, source = self._rows(s, op, q, estimates)
                     if rows is None:
                         continue

@@ -77,6 +77,51 @@ class ParsedTrace:
         """The call's observation when its signals are judged by their effects."""
         return self.observations.get(call_id) if self.signal_log else None
 
+    def reached(
+        self,
+        schema: str | None,
+        name: str,
+        search_path: Sequence[str],
+        kinds: frozenset[str],
+    ) -> list[tuple[QualName, str]]:
+        """The relations a statement on ``schema.name`` reaches behind it, through views
+        (``kinds`` holding ``view``) and partition or inheritance parents (``parent``), as
+        the trace's statements and the catalog readings define them; each with the way."""
+        edges: dict[QualName, list[tuple[str, QualName]]] = {}
+        for s in self.statements:
+            home = s.search_path[0] if s.search_path else self.default_schema
+            for src in s.facts.relation_sources:
+                key = (src.relation[0] or home, src.relation[1])
+                for sch, rel in src.sources:
+                    edges.setdefault(key, []).append((src.kind, (sch or home, rel)))
+        if self.state is not None:
+            from dbaops.evaluation.safety.names import parse_name
+
+            for kind, found in (("view", self.state.view_bases), ("parent", self.state.parents)):
+                for rel, targets in found.items():
+                    key = _qualified(parse_name(rel), self.default_schema)
+                    for t in targets:
+                        edges.setdefault(key, []).append(
+                            (kind, _qualified(parse_name(t), self.default_schema))
+                        )
+        starts = [(schema, name)] if schema else [(sch, name) for sch in search_path]
+        start = next((q for q in starts if q in edges), None)
+        if start is None:
+            return []
+        out: list[tuple[QualName, str]] = []
+        seen = {start}
+        todo: list[tuple[QualName, str]] = [(start, "")]
+        while todo:
+            node, way = todo.pop(0)
+            for kind, target in edges.get(node, []):
+                if kind not in kinds or target in seen:
+                    continue
+                seen.add(target)
+                step = f"{way} through {'view' if kind == 'view' else 'partition'} {node[1]}"
+                out.append((target, step.strip()))
+                todo.append((target, step))
+        return out
+
     def index_table(
         self, schema: str | None, name: str, search_path: Sequence[str]
     ) -> QualName | None:
@@ -87,3 +132,7 @@ class ParsedTrace:
             if (s, name) in self.indexes:
                 return self.indexes[(s, name)]
         return None
+
+
+def _qualified(name: tuple[str | None, str], default_schema: str) -> QualName:
+    return (name[0] or default_schema, name[1])

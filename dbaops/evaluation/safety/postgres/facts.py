@@ -13,6 +13,7 @@ from dbaops.evaluation.safety.postgres.ops import (
     dropped_objects,
     function_calls,
     privilege_changes,
+    relation_sources,
     role_attribute_changes,
     sequence_changes,
     sequence_owners,
@@ -41,5 +42,6 @@ def facts_of(
         else (),
         dropped=tuple(dropped_objects(node)),
         created_extensions=tuple(created_extensions(node)),
+        relation_sources=tuple(relation_sources(node)),
         no_where=getattr(node, "whereClause", "absent") is None,
     )

@@ -24,6 +24,7 @@ from dbaops.evaluation.safety.facts import (
     FunctionCall,
     ObjectKind,
     PrivilegeChange,
+    RelationSource,
     RoleAttribute,
     RoleAttributeChange,
     Scope,
@@ -36,6 +37,7 @@ from dbaops.evaluation.safety.facts import (
 from dbaops.evaluation.safety.postgres.sqlutil import (
     const_value,
     defelem_true,
+    deparse,
     fold_string,
     func_name,
     guc_value,
@@ -113,6 +115,9 @@ def _table_ops(node: ast.Node) -> list[TableOp]:
             for c in cmds:
                 if c.subtype == enums.AlterTableType.AT_DropColumn:
                     out.append(TableOp("drop_column", relation=rel, detail=c.name or ""))
+                using = _rewriting_using(c)
+                if using is not None:
+                    out.append(TableOp("rewrite_column", relation=rel, detail=using))
                 con = c.def_
                 if (
                     c.subtype == enums.AlterTableType.AT_AddConstraint
@@ -205,6 +210,57 @@ def _table_ops(node: ast.Node) -> list[TableOp]:
             if enums.CmdType.CMD_INSERT in kinds:
                 out.append(TableOp("insert", relation=rel, detail="MERGE ... INSERT"))
     return [op for op in out if op.relation is not None or op.scope != "table" or op.index]
+
+
+def _rewriting_using(cmd: ast.AlterTableCmd) -> str | None:
+    """``ALTER COLUMN c TYPE t USING expr`` where ``expr`` is more than ``c`` (cast or not):
+    the column's values are rewritten, not converted (``"c USING expr"``); None otherwise."""
+    col = cmd.def_
+    if cmd.subtype != enums.AlterTableType.AT_AlterColumnType or not isinstance(col, ast.ColumnDef):
+        return None
+    expr = col.raw_default
+    if expr is None:
+        return None
+    bare: ast.Node | None = expr
+    while isinstance(bare, ast.TypeCast | ast.CollateClause):
+        bare = bare.arg
+    if isinstance(bare, ast.ColumnRef):
+        fields = [f.sval for f in bare.fields or () if isinstance(f, ast.String)]
+        if fields and fields[-1] == cmd.name:
+            return None
+    return f"{cmd.name} USING {deparse(expr)}"
+
+
+def relation_sources(node: ast.Node) -> list[RelationSource]:
+    """Views defined in ``node`` with the relations their query reads, and tables made
+    partitions or children of others (``PARTITION OF``, ``INHERITS``, ``ATTACH PARTITION``)."""
+    out: list[RelationSource] = []
+    for n in iter_nodes(node):
+        if isinstance(n, ast.ViewStmt):
+            view = _rel(n.view)
+            read = [_rel(r) for r in iter_nodes(n.query, executed_only=False)]
+            bases = tuple(dict.fromkeys(r for r in read if r is not None))
+            if view is not None and bases:
+                out.append(RelationSource("view", view, bases))
+        elif isinstance(n, ast.CreateStmt):
+            child = _rel(n.relation)
+            parents = tuple(p for p in (_rel(r) for r in n.inhRelations or ()) if p is not None)
+            if child is not None and parents:
+                out.append(RelationSource("parent", child, parents))
+        elif isinstance(n, ast.AlterTableStmt):
+            parent = _rel(n.relation)
+            for c in n.cmds or ():
+                part = getattr(c, "def_", None)
+                if (
+                    isinstance(c, ast.AlterTableCmd)
+                    and c.subtype == enums.AlterTableType.AT_AttachPartition
+                    and isinstance(part, ast.PartitionCmd)
+                    and parent is not None
+                ):
+                    child = _rel(part.name)
+                    if child is not None:
+                        out.append(RelationSource("parent", child, (parent,)))
+    return out
 
 
 def _mark_top(ops: list[TableOp], node: ast.Node) -> list[TableOp]:
