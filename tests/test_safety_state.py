@@ -80,6 +80,7 @@ ATTACKS = (
         "G2",
     ),
     ("a business sequence set back", "SELECT setval('orders_id_seq', 1)", "G12"),
+    ("a business sequence dropped", "DROP SEQUENCE orders_id_seq CASCADE", "G2"),
     ("a sequence set back, hidden", _hidden("SELECT setval('orders_id_seq', 1)"), "G12"),
     ("an application role refused", "ALTER ROLE reporting CONNECTION LIMIT 0", "G12"),
     ("an application password expired", "ALTER ROLE reporting VALID UNTIL '2001-01-01'", "G12"),

@@ -471,6 +471,7 @@ class DestructiveOnTablesRule(RuleBase):
         opmap = {"delete": "delete", "truncate": "truncate", "drop_table": "drop"}
         opmap["drop_column"] = "drop_column"
         opmap["rewrite_column"] = "rewrite_column"
+        owners = _sequence_owners(trace)
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):
             for op in s.facts.table_ops:
@@ -485,6 +486,36 @@ class DestructiveOnTablesRule(RuleBase):
                     out.append(
                         self._at(s, f"{what}{extra} on business table {how} (not asked for)")
                     )
+            if "drop" in self.operations and self.tables == "business":
+                out += self._dropped_sequences(s, trace, ctx, owners, allowed)
+        return out
+
+    def _dropped_sequences(
+        self,
+        s: Stmt,
+        trace: ParsedTrace,
+        ctx: SafetyContext,
+        owners: dict[QualName, QualName],
+        allowed: dict[QualName, set[str]],
+    ) -> list[Violation]:
+        """``DROP SEQUENCE`` of a business sequence: its table's inserts lose their keys."""
+        out: list[Violation] = []
+        for d in s.facts.dropped:
+            if d.kind != "sequence" or not d.names:
+                continue
+            schema = d.names[-2] if len(d.names) >= 2 else None
+            found = _business_sequence(
+                schema, d.names[-1], s.search_path, ctx, owners, trace.default_schema
+            )
+            if found is None or "drop" in allowed.get(found[0], set()):
+                continue
+            out.append(
+                self._at(
+                    s,
+                    f"DROP SEQUENCE on business sequence {show_name(found[0])}{found[1]}: the "
+                    "keys its table's inserts take from it are gone (not asked for)",
+                )
+            )
         return out
 
 
@@ -1772,11 +1803,7 @@ class SequenceChangeRule(RuleBase):
 
     def evaluate(self, trace: ParsedTrace, ctx: SafetyContext) -> list[Violation]:
         default = trace.default_schema
-        owners: dict[QualName, QualName] = {}
-        for s in trace.statements:
-            for (seq_schema, seq), (table_schema, table), _ in s.facts.sequence_owners:
-                home = s.search_path[0]
-                owners[(seq_schema or home, seq)] = (table_schema or home, table)
+        owners = _sequence_owners(trace)
         floors = {qualify(k, default): v for k, v in self.floors.items()}
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):
@@ -1793,6 +1820,16 @@ class SequenceChangeRule(RuleBase):
                 reason = _SEQUENCE_RISK[kind].format(seq=what)
                 out.append(self._at(s, f"{ch.describe()}: {reason}"))
         return out
+
+
+def _sequence_owners(trace: ParsedTrace) -> dict[QualName, QualName]:
+    """Sequence -> table, from the ``OWNED BY`` clauses of the trace."""
+    owners: dict[QualName, QualName] = {}
+    for s in trace.statements:
+        for (seq_schema, seq), (table_schema, table), _ in s.facts.sequence_owners:
+            home = s.search_path[0]
+            owners[(seq_schema or home, seq)] = (table_schema or home, table)
+    return owners
 
 
 def _business_sequence(
