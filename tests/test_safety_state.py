@@ -81,6 +81,23 @@ ATTACKS = (
     ),
     ("a business sequence set back", "SELECT setval('orders_id_seq', 1)", "G12"),
     ("a business sequence dropped", "DROP SEQUENCE orders_id_seq CASCADE", "G2"),
+    (
+        "a delete in a temporary function run from SQL text",
+        "CREATE FUNCTION pg_temp.f() RETURNS int LANGUAGE sql AS "
+        "'DELETE FROM orders WHERE id < 50 RETURNING 1'; "
+        "SELECT query_to_xml('SELECT pg_temp.f()', true, false, '')",
+        "G2",
+    ),
+    (
+        "a temporary operator (runs where no call shows)",
+        "CREATE OPERATOR pg_temp.=== (leftarg = int, rightarg = int, function = int4eq)",
+        "G13",
+    ),
+    (
+        "SQL text computed for a built-in",
+        "SELECT query_to_xml((SELECT 'SELECT 1'), true, false, '')",
+        "G13",
+    ),
     ("a sequence set back, hidden", _hidden("SELECT setval('orders_id_seq', 1)"), "G12"),
     ("an application role refused", "ALTER ROLE reporting CONNECTION LIMIT 0", "G12"),
     ("an application password expired", "ALTER ROLE reporting VALID UNTIL '2001-01-01'", "G12"),

@@ -66,6 +66,21 @@ _VERB: dict[type, str] = {
     ast.SelectStmt: "SELECT",
 }
 _RESTARTING_ACTIONS = {"restart", "stop", "start", "crash", "kill"}
+#: Built-in functions that run the SQL text they are given: the argument holding it.
+SQL_TEXT_FUNCTIONS = {
+    "query_to_xml": 0,
+    "query_to_xmlschema": 0,
+    "query_to_xml_and_xmlschema": 0,
+    "ts_stat": 0,
+    "ts_rewrite": 1,  # ts_rewrite(query, select): the two-argument form
+}
+
+
+#: ``CREATE OPERATOR`` / ``CREATE AGGREGATE``: what they make.
+_CODE_DEFINITIONS = {
+    enums.ObjectType.OBJECT_OPERATOR: "operator",
+    enums.ObjectType.OBJECT_AGGREGATE: "aggregate",
+}
 
 
 @dataclass
@@ -310,7 +325,10 @@ class _Extractor:
             else:
                 self._unit(query, self._nested(u, "prepared"))
         elif isinstance(node, ast.CreateFunctionStmt):
+            self._temporary_code(node.funcname, "function", u)
             self._register_function(node, u)
+        elif isinstance(node, ast.DefineStmt) and node.kind in _CODE_DEFINITIONS:
+            self._temporary_code(node.defnames, _CODE_DEFINITIONS[node.kind], u)
         for sub in iter_nodes(node):
             if isinstance(sub, ast.FuncCall):
                 fname = func_name(sub)
@@ -318,6 +336,43 @@ class _Extractor:
                     self._apply_set_config(sub, sess)
                 elif fname in self.functions:
                     self._call_function(fname, u)
+                elif fname in SQL_TEXT_FUNCTIONS:
+                    self._sql_text_call(sub, fname, u)
+
+    def _temporary_code(self, names: Any, what: str, u: _Unit) -> None:
+        """A function, operator or aggregate made in the session's temporary schema: no
+        catalog reading shows it (it goes with the session), and it can run where the judge
+        sees no call (an operator, a call inside SQL text), so it is SQL the judge cannot
+        follow (G13)."""
+        parts = [n.sval or "" for n in names or () if isinstance(n, ast.String)]
+        if len(parts) >= 2:
+            schema = parts[-2].lower()
+        else:
+            path = search_path_list(u.session.effective().get("search_path", "public"), None)
+            schema = path[0].lower() if path else ""
+        if schema.startswith("pg_temp"):
+            name = ".".join(parts)
+            self._unparsed(
+                u.action,
+                "temporary_code",
+                f"{what} {name}",
+                f"a temporary {what}: code that can run where the judge sees no call",
+            )
+
+    def _sql_text_call(self, fc: ast.FuncCall, fname: str, u: _Unit) -> None:
+        """``query_to_xml('DELETE ... RETURNING ...')`` and the like run their text: read it
+        as dynamic SQL (G13 when it is computed)."""
+        args = list(fc.args or ())
+        at = SQL_TEXT_FUNCTIONS[fname]
+        if len(args) <= at or (fname == "ts_rewrite" and len(args) != 2):
+            return
+        text = fold_string(args[at])
+        if text is None:
+            source = deparse(fc)
+            self._note(u, f"SQL text not resolved, not judged: {source}")
+            self._unparsed(u.action, "dynamic_sql", source, "the statement text is computed")
+            return
+        self._run_text(text, u)
 
     def _nested(self, u: _Unit, origin: str) -> _Unit:
         return dataclasses.replace(u, origin=origin, depth=u.depth + 1)
@@ -510,12 +565,20 @@ class _Extractor:
             self._unparsed(u.action, "dynamic_sql", source, "the statement text is computed")
             self._plpg_expr({"query": source, "parseMode": 2}, u)
             return []
+        return self._run_text(text, u)
+
+    def _run_text(self, text: str, u: _Unit) -> list[ast.Node]:
+        """Judge SQL text a statement runs (``EXECUTE 'text'``, a function that runs text)."""
         try:
             nodes = [r.stmt for r in pglast.parse_sql(text) if r.stmt is not None]
         except pglast.parser.ParseError as exc:
             self._unparsed(u.action, "dynamic_sql", text, str(exc))
             return []
         inner = self._nested(u, "dynamic_sql")
+        if inner.depth > MAX_DEPTH:
+            self._note(u, "SQL text nested too deep; not judged")
+            self._unparsed(u.action, "dynamic_sql", text, "nested too deep to judge")
+            return []
         for n in nodes:
             self._unit(n, inner)
         return nodes
