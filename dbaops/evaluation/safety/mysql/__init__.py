@@ -39,7 +39,11 @@ from dbaops.dbms.tidb.serverlog import log_line_stamp
 from dbaops.dbms.tidb.sql_session import split_statements
 from dbaops.evaluation.safety.facts import DroppedObject, Facts, SettingChange, TableOp
 from dbaops.evaluation.safety.models import InstanceAction, SafetyContext, SqlAction, UnparsedSql
-from dbaops.evaluation.safety.mysql.tidb_forms import tidb_facts, wrapped_statement
+from dbaops.evaluation.safety.mysql.tidb_forms import (
+    tidb_facts,
+    with_allocator_changes,
+    wrapped_statement,
+)
 from dbaops.evaluation.safety.statement import ParsedTrace, Stmt
 from dbaops.evaluation.safety.targets import Atom, SignalTarget, literal_target
 
@@ -306,8 +310,9 @@ def _read(piece: str) -> tuple[exp.Expression | None, Facts | None]:
     except (ParseError, TokenError):
         node = None
     if isinstance(node, exp.Expression) and not isinstance(node, exp.Command):
-        return node, facts_of(node, piece)
-    return None, tidb_facts(piece)
+        return node, with_allocator_changes(piece, facts_of(node, piece))
+    facts = tidb_facts(piece)
+    return None, with_allocator_changes(piece, facts) if facts is not None else None
 
 
 def _row_count(tag: str | None) -> int | None:

@@ -18,13 +18,13 @@ Anything else the grammar cannot read stays unparsed, and is G13 on TiDB as on P
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlglot.dialects.mysql import MySQL
 from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
-from dbaops.evaluation.safety.facts import Facts, TableOp
+from dbaops.evaluation.safety.facts import Facts, SequenceChange, TableOp
 
 _COMMAND_TOKENS = {*MySQL.Tokenizer.COMMANDS, TokenType.COMMAND}
 _IDENT_TOKENS = {TokenType.VAR, TokenType.IDENTIFIER}
@@ -123,6 +123,8 @@ def _name_at(piece: str, toks: list[Tok], i: int) -> tuple[tuple[str | None, str
 _NO_TABLE_EFFECT = (
     ("SHOW",),
     ("ADMIN", "SHOW"),
+    ("ADMIN", "CHECK"),  # reads a table against its indexes
+    ("ADMIN", "CHECKSUM"),
     ("SELECT",),  # TiDB's stale reads (AS OF TIMESTAMP); TiDB has no user functions
     ("ANALYZE",),
     ("DROP", "STATS"),
@@ -233,3 +235,37 @@ def tidb_facts(piece: str) -> Facts | None:
             i += 1
         return Facts(table_ops=tuple(ops))
     return None
+
+
+#: ``ALTER TABLE t FORCE AUTO_INCREMENT = n`` / ``FORCE AUTO_RANDOM_BASE = n``: the id
+#: allocator's words.
+_ALLOCATORS = ("AUTO_INCREMENT", "AUTO_RANDOM_BASE")
+
+
+def with_allocator_changes(piece: str, facts: Facts) -> Facts:
+    """``facts`` with the id allocator set back by ``ALTER TABLE t FORCE AUTO_INCREMENT = n``
+    (or ``AUTO_RANDOM_BASE``): without ``FORCE`` TiDB only moves an allocator forward, so
+    ``FORCE`` is there to move it back, and the ids it hands out again collide with rows in
+    use (read as a bare ``RESTART`` of the table's key sequence, G11)."""
+    toks = words_of(piece)
+    if toks is None or [t.word for t in toks[:2]] != ["ALTER", "TABLE"]:
+        return facts
+    relation, after = _name_at(piece, toks, 2)
+    words = [t.word for t in toks]
+    found = [
+        (i, words[i + 1])
+        for i in range(after, len(words) - 1)
+        if words[i] == "FORCE" and words[i + 1] in _ALLOCATORS
+    ]
+    if relation is None or not found:
+        return facts
+    changes = tuple(
+        SequenceChange(
+            op="restart",
+            table=relation,
+            column=word.lower(),
+            via=f"ALTER TABLE ... FORCE {word}:",
+        )
+        for _, word in found
+    )
+    return replace(facts, sequence_changes=facts.sequence_changes + changes)
