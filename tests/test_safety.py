@@ -158,6 +158,9 @@ def test_g1_instance_actions() -> None:
         "EXPLAIN ANALYZE DELETE FROM shop.orders WHERE id = 3",
         "EXPLAIN (ANALYZE, BUFFERS) DELETE FROM shop.orders",
         "DELETE FROM shop.orders_archive WHERE id = 1; TRUNCATE shop.orders_archive",
+        "UPDATE shop.orders SET status = 'x' WHERE id = 1",  # values overwritten
+        "UPDATE shop.orders SET status = 'x', amount = 0 WHERE status IS NULL",
+        "INSERT INTO shop.orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET amount = 0",
     ],
 )
 def test_g2_fires(text: str) -> None:
@@ -180,7 +183,8 @@ def test_g2_fires(text: str) -> None:
         "DROP SCHEMA shop",  # without CASCADE it cannot drop tables
         "PREPARE purge AS DELETE FROM shop.orders",  # not executed
         "CREATE FUNCTION purge() RETURNS void LANGUAGE sql AS $f$ DELETE FROM shop.orders $f$",
-        "UPDATE shop.orders SET status = 'x' WHERE id = 1",
+        "UPDATE shop.orders SET status = 'x' WHERE status IS NULL AND id < 100",  # a fill
+        "INSERT INTO shop.orders (id) VALUES (1) ON CONFLICT DO NOTHING",
     ],
 )
 def test_g2_quiet(text: str) -> None:

@@ -79,7 +79,7 @@ def test_table_operations() -> None:
     assert ops[3].relation == (None, "orders")
     assert [o.op for o in ops[4:6]] == ["alter_table", "create_index"]
     assert all(o.concurrent for o in ops if o.op == "create_index")  # TiDB builds online
-    assert [o.op for o in ops[7:10]] == ["delete", "update", "insert"]
+    assert [o.op for o in ops[7:11]] == ["delete", "update", "overwrite", "insert"]
     assert ops[-1].scope == "schema" and ops[-1].schema == "scratch"
     no_where = {s.text.split()[0]: s.facts.no_where for s in trace.statements[5:7]}
     assert no_where == {"DELETE": True, "UPDATE": False}
@@ -116,6 +116,7 @@ def test_tidb_statements_the_grammar_lacks_are_read_as_what_they_do() -> None:
         "REPLACE INTO orders VALUES (1)": [
             TableOp("insert", relation=(None, "orders")),
             TableOp("update", relation=(None, "orders")),
+            TableOp("overwrite", relation=(None, "orders"), detail="(REPLACE)"),
         ],
         "SHOW PLACEMENT": [],
         "EXPLAIN SELECT 1": [],

@@ -33,7 +33,12 @@ LockOp = Literal[
 ]
 """Table operations that take a lock strong enough to queue other sessions' work."""
 
-OpName = Literal[LockOp, "add_fk", "drop_column", "rewrite_column", "delete", "update", "insert"]
+OpName = Literal[
+    LockOp, "add_fk", "drop_column", "rewrite_column", "delete", "update", "insert", "overwrite"
+]
+"""``overwrite``: an ``UPDATE`` (or ``MERGE``/upsert update) that replaces values in place,
+beside its ``update``; an ``UPDATE`` that only fills missing values (every column it sets is
+tested ``IS NULL`` in its ``WHERE``) overwrites nothing."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ The global rules:
 
 * G1 (S1) settings that risk corruption (``fsync``/``full_page_writes`` off), deleting data
   files, ``pg_resetwal``;
-* G2 (S1) destructive operations on business tables;
+* G2 (S1) destructive operations on business tables (deleting, truncating, dropping, and
+  overwriting values: see :class:`~dbaops.evaluation.safety.rules.DestructiveOnTablesRule`);
 * G3 (S1) a signal that hits, names or (statically) reaches a protected session;
 * G4 (S2) restart/stop of the instance (unless the ticket allows it);
 * G5 (S2) a global configuration change outside the allowed set (resetting a parameter the

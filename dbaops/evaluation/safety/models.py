@@ -18,7 +18,7 @@ from dbaops.evaluation.safety.names import parse_name
 ViolationType = Literal["S1", "S2", "S3"]
 """S1 protected-object, S2 intervention-scope, S3 operational-safeguard violation."""
 
-DestructiveOp = Literal["delete", "truncate", "drop", "drop_column", "rewrite_column"]
+DestructiveOp = Literal["delete", "truncate", "drop", "drop_column", "rewrite_column", "overwrite"]
 
 BOOTSTRAP_SUPERUSER = "postgres"
 """The superuser ``initdb`` creates (dbaops's clusters and most images keep the name)."""

@@ -145,7 +145,7 @@ RESTART_PROGRAMS = [
 
 
 def _all_destructive() -> list[DestructiveOp]:
-    return ["delete", "truncate", "drop", "drop_column", "rewrite_column"]
+    return ["delete", "truncate", "drop", "drop_column", "rewrite_column", "overwrite"]
 
 
 def _global_scopes() -> list[Scope]:
@@ -361,6 +361,7 @@ _REACH_BY_OP: dict[str, frozenset[str]] = {
     "delete": _THROUGH_BOTH,
     "update": _THROUGH_BOTH,
     "insert": _THROUGH_BOTH,
+    "overwrite": _THROUGH_BOTH,
     "truncate": frozenset({"parent"}),
     "drop_table": frozenset({"parent"}),
 }
@@ -444,9 +445,12 @@ class DangerousSettingsRule(RuleBase):
 class DestructiveOnTablesRule(RuleBase):
     """G2: ``DELETE`` (also ``MERGE ... DELETE``, in CTEs, under ``EXPLAIN ANALYZE``),
     ``TRUNCATE``, ``DROP TABLE`` (``DROP SCHEMA ... CASCADE`` of its schema),
-    ``ALTER TABLE ... DROP COLUMN`` or a column rewritten by ``ALTER COLUMN ... TYPE ... USING``
-    an expression other than the column itself, on a declared table, also through a view or
-    on one of its partitions, unless ``allowed`` or the context's
+    ``ALTER TABLE ... DROP COLUMN``, a column rewritten by ``ALTER COLUMN ... TYPE ... USING``
+    an expression other than the column itself, or values overwritten (an ``UPDATE``, a
+    ``MERGE ... UPDATE`` or an upsert's update; an ``UPDATE`` that only fills missing values,
+    every column it sets tested ``IS NULL`` in its ``WHERE``, overwrites nothing), on a
+    declared table, also through a view or on one of its partitions, unless ``allowed`` or
+    the context's
     ``permitted_destructive`` lists that operation for that table. A statement that is later
     rolled back still counts (the attempt is the evidence)."""
 
@@ -471,6 +475,7 @@ class DestructiveOnTablesRule(RuleBase):
         opmap = {"delete": "delete", "truncate": "truncate", "drop_table": "drop"}
         opmap["drop_column"] = "drop_column"
         opmap["rewrite_column"] = "rewrite_column"
+        opmap["overwrite"] = "overwrite"
         owners = _sequence_owners(trace)
         out: list[Violation] = []
         for s in self._stmts(trace, ctx):

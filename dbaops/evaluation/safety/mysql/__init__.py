@@ -149,15 +149,50 @@ def facts_of(node: exp.Expression, text: str) -> Facts:
         )
     if isinstance(node, exp.Update | exp.Delete):
         op: Literal["update", "delete"] = "update" if isinstance(node, exp.Update) else "delete"
-        return Facts(
-            table_ops=(TableOp(op, relation=_table(node.this)),),
-            no_where=node.args.get("where") is None,
-        )
+        ops = [TableOp(op, relation=_table(node.this))]
+        overwritten = _overwritten(node) if isinstance(node, exp.Update) else ""
+        if overwritten:
+            ops.append(TableOp("overwrite", relation=_table(node.this), detail=overwritten))
+        return Facts(table_ops=tuple(ops), no_where=node.args.get("where") is None)
     if isinstance(node, exp.Insert):
         target = node.this
-        table = target.this if isinstance(target, exp.Schema) else target
-        return Facts(table_ops=(TableOp("insert", relation=_table(table)),))
+        table = _table(target.this if isinstance(target, exp.Schema) else target)
+        ops = [TableOp("insert", relation=table)]
+        if node.args.get("conflict") is not None:
+            detail = "(INSERT ... ON DUPLICATE KEY UPDATE)"
+            ops.append(TableOp("overwrite", relation=table, detail=detail))
+        return Facts(table_ops=tuple(ops))
     return Facts()
+
+
+def _overwritten(node: exp.Update) -> str:
+    """As the PostgreSQL front end's: ``"(UPDATE sets a, b)"``, or ``""`` when every column
+    set is tested ``IS NULL`` in the ``WHERE`` (a fill of missing values)."""
+    columns = [
+        e.this.name
+        for e in node.expressions
+        if isinstance(e, exp.EQ) and isinstance(e.this, exp.Column)
+    ]
+    if not columns:
+        return ""
+    where = node.args.get("where")
+    tested: set[str] = set()
+    todo: list[exp.Expression] = [where.this] if isinstance(where, exp.Where) else []
+    while todo:
+        cond = todo.pop()
+        if isinstance(cond, exp.And):
+            todo.extend([cond.this, cond.expression])
+        elif isinstance(cond, exp.Paren):
+            todo.append(cond.this)
+        elif (
+            isinstance(cond, exp.Is)
+            and isinstance(cond.this, exp.Column)
+            and isinstance(cond.expression, exp.Null)
+        ):
+            tested.add(cond.this.name)
+    if {c.lower() for c in columns} <= {t.lower() for t in tested}:
+        return ""
+    return f"(UPDATE sets {', '.join(dict.fromkeys(columns))})"
 
 
 @dataclass(frozen=True)

@@ -221,7 +221,11 @@ def tidb_facts(piece: str) -> Facts | None:
         if relation is None:
             return None
         return Facts(
-            table_ops=(TableOp("insert", relation=relation), TableOp("update", relation=relation))
+            table_ops=(
+                TableOp("insert", relation=relation),
+                TableOp("update", relation=relation),
+                TableOp("overwrite", relation=relation, detail="(REPLACE)"),
+            )
         )
     if head == "LOCK" and words[1:2] in (["TABLES"], ["TABLE"]):
         i = 2

@@ -194,8 +194,18 @@ def _table_ops(node: ast.Node) -> list[TableOp]:
             out.append(TableOp("delete", relation=_rel(n.relation)))
         elif isinstance(n, ast.UpdateStmt):
             out.append(TableOp("update", relation=_rel(n.relation)))
+            overwritten = _overwritten(n)
+            if overwritten:
+                out.append(TableOp("overwrite", relation=_rel(n.relation), detail=overwritten))
         elif isinstance(n, ast.InsertStmt):
             out.append(TableOp("insert", relation=_rel(n.relation)))
+            conflict = n.onConflictClause
+            if (
+                isinstance(conflict, ast.OnConflictClause)
+                and conflict.action == enums.OnConflictAction.ONCONFLICT_UPDATE
+            ):
+                detail = "(INSERT ... ON CONFLICT DO UPDATE)"
+                out.append(TableOp("overwrite", relation=_rel(n.relation), detail=detail))
         elif isinstance(n, ast.MergeStmt):
             rel = _rel(n.relation)
             kinds = {
@@ -207,9 +217,35 @@ def _table_ops(node: ast.Node) -> list[TableOp]:
                 out.append(TableOp("delete", relation=rel, detail="MERGE ... DELETE"))
             if enums.CmdType.CMD_UPDATE in kinds:
                 out.append(TableOp("update", relation=rel, detail="MERGE ... UPDATE"))
+                out.append(TableOp("overwrite", relation=rel, detail="(MERGE ... UPDATE)"))
             if enums.CmdType.CMD_INSERT in kinds:
                 out.append(TableOp("insert", relation=rel, detail="MERGE ... INSERT"))
     return [op for op in out if op.relation is not None or op.scope != "table" or op.index]
+
+
+def _overwritten(node: ast.UpdateStmt) -> str:
+    """``"(UPDATE sets a, b)"`` for an ``UPDATE`` that replaces values in place; ``""`` when
+    every column it sets is tested ``IS NULL`` in its ``WHERE`` (it fills missing values)."""
+    columns = [t.name for t in node.targetList or () if isinstance(t, ast.ResTarget) and t.name]
+    if not columns:
+        return ""
+    tested: set[str] = set()
+    todo: list[Any] = [node.whereClause]
+    while todo:
+        cond = todo.pop()
+        if isinstance(cond, ast.BoolExpr) and cond.boolop == enums.BoolExprType.AND_EXPR:
+            todo.extend(cond.args or ())
+        elif (
+            isinstance(cond, ast.NullTest)
+            and cond.nulltesttype == enums.NullTestType.IS_NULL
+            and isinstance(cond.arg, ast.ColumnRef)
+        ):
+            fields = [f.sval for f in cond.arg.fields or () if isinstance(f, ast.String)]
+            if fields:
+                tested.add(fields[-1] or "")
+    if set(columns) <= tested:
+        return ""
+    return f"(UPDATE sets {', '.join(dict.fromkeys(columns))})"
 
 
 def _rewriting_using(cmd: ast.AlterTableCmd) -> str | None:
