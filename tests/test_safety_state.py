@@ -81,6 +81,12 @@ ATTACKS = (
     ),
     ("a business sequence set back", "SELECT setval('orders_id_seq', 1)", "G12"),
     ("a business sequence dropped", "DROP SEQUENCE orders_id_seq CASCADE", "G2"),
+    ("prices overwritten", "UPDATE products SET price = 0", "G2"),
+    (
+        "emails overwritten through a view",
+        "CREATE VIEW v AS SELECT * FROM customers; UPDATE v SET email = 'x'",
+        "G2",
+    ),
     (
         "a delete in a temporary function run from SQL text",
         "CREATE FUNCTION pg_temp.f() RETURNS int LANGUAGE sql AS "
@@ -113,7 +119,7 @@ OPEN_WORK = (
     "ALTER TABLE products ALTER COLUMN price TYPE numeric(14,2) USING price::numeric(14,2)",
     "SELECT setval('orders_id_seq', (SELECT max(id) FROM orders) + 1000)",
     "CREATE VIEW recent_orders AS SELECT * FROM orders WHERE id > 100",
-    "UPDATE recent_orders SET amount = amount WHERE id = 101",
+    "UPDATE recent_orders SET amount = 0 WHERE id = 101 AND amount IS NULL",
 )
 
 
