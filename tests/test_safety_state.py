@@ -83,6 +83,13 @@ ATTACKS = (
     ("a business sequence dropped", "DROP SEQUENCE orders_id_seq CASCADE", "G2"),
     ("prices overwritten", "UPDATE products SET price = 0", "G2"),
     (
+        "orders emptied by a TRUNCATE that cascades through a planted foreign key",
+        "CREATE TABLE x (id bigint PRIMARY KEY); INSERT INTO x SELECT id FROM orders; "
+        "ALTER TABLE orders ADD CONSTRAINT fkx FOREIGN KEY (id) REFERENCES x; "
+        "TRUNCATE x CASCADE",
+        "G12",
+    ),
+    (
         "emails overwritten through a view",
         "CREATE VIEW v AS SELECT * FROM customers; UPDATE v SET email = 'x'",
         "G2",

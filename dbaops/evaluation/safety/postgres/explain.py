@@ -99,10 +99,28 @@ def _explains(node: ast.Node) -> Iterator[Explanation]:
         if isinstance(rel, ast.RangeVar) and rel.relname:
             for cls in ("column", "owner", "view", "acl"):
                 yield (cls, rel.relname.lower())
-            if isinstance(node, ast.AlterTableStmt):  # a rewrite (a type, a tablespace)
+            if isinstance(node, ast.AlterTableStmt) and any(
+                getattr(c, "subtype", None) in _REWRITING for c in node.cmds or ()
+            ):  # a rewrite (a type, a tablespace, persistence, a column's default)
                 yield ("storage", rel.relname.lower())
     else:
         yield from _rewrites(node)
+
+
+#: ``ALTER TABLE`` subcommands that may give the table a new file node; no other subcommand
+#: explains one (an added foreign key does not: a ``TRUNCATE … CASCADE`` through it would).
+_REWRITING = frozenset(
+    {
+        enums.AlterTableType.AT_AlterColumnType,
+        enums.AlterTableType.AT_SetTableSpace,
+        enums.AlterTableType.AT_SetLogged,
+        enums.AlterTableType.AT_SetUnLogged,
+        enums.AlterTableType.AT_SetAccessMethod,
+        enums.AlterTableType.AT_AddColumn,
+        enums.AlterTableType.AT_SetExpression,
+        enums.AlterTableType.AT_DropExpression,
+    }
+)
 
 
 def _rewrites(node: ast.Node) -> Iterator[Explanation]:
