@@ -90,6 +90,14 @@ ATTACKS = (
         "G12",
     ),
     (
+        "the same behind a database-wide ANALYZE and a DROP ... CASCADE",
+        "CREATE TABLE x (id bigint PRIMARY KEY); INSERT INTO x SELECT id FROM orders; "
+        "ALTER TABLE orders ADD CONSTRAINT fkx FOREIGN KEY (id) REFERENCES x; "
+        "CREATE TABLE scratch (a int); DROP TABLE scratch CASCADE; ANALYZE; "
+        "TRUNCATE x CASCADE",
+        "G12",
+    ),
+    (
         "emails overwritten through a view",
         "CREATE VIEW v AS SELECT * FROM customers; UPDATE v SET email = 'x'",
         "G2",

@@ -108,8 +108,9 @@ def _explains(toks: list[Tok]) -> Iterator[Explanation]:
                 yield (cls, name)
             i += 1  # the comma
     elif head == "DROP" and second in ("DATABASE", "SCHEMA"):
-        for cls in _ANY_TABLE:
-            yield (cls, "*")
+        for cls in _ANY_TABLE:  # its tables go (none elsewhere gets a new id)
+            if cls != "storage":
+                yield (cls, "*")
     elif head == "RENAME" and second == "TABLE":
         i = 2
         while i < len(toks):

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pglast
 from pglast import ast, enums
 
+from dbaops.evaluation.safety.postgres.sqlutil import option_on
 from dbaops.evaluation.safety.statement import ParsedTrace
 
 Explanation = tuple[str, str]
@@ -81,8 +82,8 @@ def _explains(node: ast.Node) -> Iterator[Explanation]:
                     yield ("extension", name)
                 for cls in ("relation", "view", "acl", "owner", "column", "storage"):
                     yield (cls, name)
-        if cascade:
-            for cls in ("relation", "view", "acl", "owner", "column", "storage"):
+        if cascade:  # dependent objects go too (none gets a new file node)
+            for cls in ("relation", "view", "acl", "owner", "column"):
                 yield (cls, "*")
     elif isinstance(node, ast.ViewStmt | ast.CreateStmt | ast.CreateTableAsStmt):
         if isinstance(node, ast.ViewStmt):
@@ -129,6 +130,8 @@ def _rewrites(node: ast.Node) -> Iterator[Explanation]:
     if isinstance(node, ast.TruncateStmt):
         rels = list(node.relations or ())
     elif isinstance(node, ast.VacuumStmt):
+        if not node.is_vacuumcmd or not option_on(node.options, "full"):
+            return  # a plain VACUUM or ANALYZE keeps every file node
         rels = [getattr(v, "relation", None) for v in node.rels or ()]
         if not node.rels:
             yield ("storage", "*")  # a database-wide VACUUM FULL
