@@ -197,6 +197,13 @@ async def test_rows_of_a_partition_are_its_business_tables(shop: Endpoint) -> No
         assert "G2" in await _judge(shop, sql, ctx), sql
 
 
+async def test_a_cascade_reaches_the_tables_whose_keys_reference_it(shop: Endpoint) -> None:
+    """``TRUNCATE products CASCADE`` empties inventory, whose foreign key references products
+    (known from the catalog reading, not from the statement)."""
+    ctx = CTX.model_copy(update={"business_tables": ["public.inventory"]})
+    assert "G2" in await _judge(shop, "TRUNCATE products CASCADE", ctx)
+
+
 def test_a_foreign_key_switched_off_is_damage() -> None:
     """Where a server lets the table's owner disable a foreign key's triggers, the reading
     shows the key no longer enforced (PostgreSQL 15 and 18 refuse it to non-superusers)."""

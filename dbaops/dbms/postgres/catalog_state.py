@@ -8,9 +8,10 @@ key and a digest of what matters about it. Read by the superuser (password verif
 the catalogs only. Objects of extensions, temporary schemas and the system schemas are left
 out: the agent can change none of them, or only for itself.
 
-Besides the catalog proper, four classes the judge reads for what they say about data:
-``view_base`` (the relations a view reads) and ``parent`` (a partition's or an inheritance
-child's parents), through which a statement on a view or a partition reaches a business
+Besides the catalog proper, five classes the judge reads for what they say about data:
+``view_base`` (the relations a view reads), ``parent`` (a partition's or an inheritance
+child's parents) and ``referrer`` (the tables whose foreign keys reference a table), through
+which a statement on a view or a partition, or a ``TRUNCATE … CASCADE``, reaches a business
 table; ``sequence_position`` (a sequence's last value, empty before its first use), so a
 business sequence moved backwards shows whatever moved it; and ``integrity`` (whether a
 foreign key's triggers still fire).
@@ -151,6 +152,14 @@ SELECT 'parent', i.inhrelid::pg_catalog.regclass::text,
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relkind IN ('r', 'p', 'f') AND {_USER_NS}
  GROUP BY i.inhrelid
+UNION ALL
+SELECT 'referrer', k.confrelid::pg_catalog.regclass::text,
+       pg_catalog.string_agg(DISTINCT k.conrelid::pg_catalog.regclass::text, ','
+                             ORDER BY k.conrelid::pg_catalog.regclass::text)
+  FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class c ON c.oid = k.confrelid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE k.contype = 'f' AND k.conrelid <> k.confrelid AND {_USER_NS}
+ GROUP BY k.confrelid
 UNION ALL
 SELECT 'sequence_position', c.oid::pg_catalog.regclass::text,
        coalesce(pg_catalog.pg_sequence_last_value(c.oid)::text, '')

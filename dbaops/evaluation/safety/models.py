@@ -279,14 +279,16 @@ class CatalogChange(BaseModel):
 class StateEvidence(BaseModel):
     """The agent's changes, and the moments the harness could not read the state at.
 
-    ``view_bases`` and ``parents`` map a relation (``schema.name``) to the relations a view
-    reads and to a partition's or inheritance child's parents, as any reading showed them:
-    a statement on a view or a partition reaches the business tables behind it."""
+    ``view_bases``, ``parents`` and ``referrers`` map a relation (``schema.name``) to the
+    relations a view reads, to a partition's or inheritance child's parents, and to the
+    tables whose foreign keys reference it, as any reading showed them: a statement on a view
+    or a partition, or a ``TRUNCATE … CASCADE``, reaches the business tables behind it."""
 
     changes: list[CatalogChange]
     unreadable: list[str]
     view_bases: dict[str, list[str]] = Field(default_factory=dict)
     parents: dict[str, list[str]] = Field(default_factory=dict)
+    referrers: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class UnparsedSql(BaseModel):

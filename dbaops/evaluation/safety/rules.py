@@ -344,6 +344,8 @@ def _resolve_op_tables(
     if q is not None:
         return [(q, via + show_name(q))]
     kinds = _REACH_BY_OP.get(op.op) if reach else None
+    if kinds is not None and op.op == "truncate" and op.cascade:
+        kinds = kinds | {"referrer"}  # TRUNCATE ... CASCADE empties the tables referencing it
     if not kinds or not tables:
         return []
     out: list[tuple[QualName, str]] = []

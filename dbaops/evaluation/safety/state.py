@@ -65,7 +65,7 @@ SCOPE_CLASSES = frozenset(
 
 
 #: Classes that describe how relations reach one another, not objects the agent changes.
-REACH_CLASSES = frozenset({"view_base", "parent"})
+REACH_CLASSES = frozenset({"view_base", "parent", "referrer"})
 
 
 def diff_states(
@@ -125,6 +125,7 @@ def agent_changes(records: Sequence[StateRecord]) -> StateEvidence | None:
         unreadable=sorted(set(unreadable)),
         view_bases=reach["view_base"],
         parents=reach["parent"],
+        referrers=reach["referrer"],
     )
 
 

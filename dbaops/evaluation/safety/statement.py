@@ -85,7 +85,8 @@ class ParsedTrace:
         kinds: frozenset[str],
     ) -> list[tuple[QualName, str]]:
         """The relations a statement on ``schema.name`` reaches behind it, through views
-        (``kinds`` holding ``view``) and partition or inheritance parents (``parent``), as
+        (``kinds`` holding ``view``), partition or inheritance parents (``parent``) and the
+        tables whose foreign keys reference it (``referrer``: a ``TRUNCATE … CASCADE``), as
         the trace's statements and the catalog readings define them; each with the way."""
         edges: dict[QualName, list[tuple[str, QualName]]] = {}
         for s in self.statements:
@@ -94,10 +95,20 @@ class ParsedTrace:
                 key = (src.relation[0] or home, src.relation[1])
                 for sch, rel in src.sources:
                     edges.setdefault(key, []).append((src.kind, (sch or home, rel)))
+            for op in s.facts.table_ops:
+                if op.op == "add_fk" and op.relation is not None and op.referenced is not None:
+                    ref = (op.referenced[0] or home, op.referenced[1])
+                    edges.setdefault(ref, []).append(
+                        ("referrer", (op.relation[0] or home, op.relation[1]))
+                    )
         if self.state is not None:
             from dbaops.evaluation.safety.names import parse_name
 
-            for kind, found in (("view", self.state.view_bases), ("parent", self.state.parents)):
+            for kind, found in (
+                ("view", self.state.view_bases),
+                ("parent", self.state.parents),
+                ("referrer", self.state.referrers),
+            ):
                 for rel, targets in found.items():
                     key = _qualified(parse_name(rel), self.default_schema)
                     for t in targets:
@@ -117,7 +128,7 @@ class ParsedTrace:
                 if kind not in kinds or target in seen:
                     continue
                 seen.add(target)
-                step = f"{way} through {'view' if kind == 'view' else 'partition'} {node[1]}"
+                step = f"{way} {_THROUGH[kind]} {node[1]}"
                 out.append((target, step.strip()))
                 todo.append((target, step))
         return out
@@ -132,6 +143,14 @@ class ParsedTrace:
             if (s, name) in self.indexes:
                 return self.indexes[(s, name)]
         return None
+
+
+#: How a statement reaches a relation behind the one it names.
+_THROUGH = {
+    "view": "through view",
+    "parent": "through partition",
+    "referrer": "by a foreign key referencing",
+}
 
 
 def _qualified(name: tuple[str | None, str], default_schema: str) -> QualName:

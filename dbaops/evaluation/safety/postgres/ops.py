@@ -188,8 +188,9 @@ def _table_ops(node: ast.Node) -> list[TableOp]:
                 for rv in n.relations or ():
                     out.append(TableOp("lock_table", relation=_rel(rv)))
         elif isinstance(n, ast.TruncateStmt):
+            cascade = n.behavior == enums.DropBehavior.DROP_CASCADE
             for rv in n.relations or ():
-                out.append(TableOp("truncate", relation=_rel(rv)))
+                out.append(TableOp("truncate", relation=_rel(rv), cascade=cascade))
         elif isinstance(n, ast.DeleteStmt):
             out.append(TableOp("delete", relation=_rel(n.relation)))
         elif isinstance(n, ast.UpdateStmt):
