@@ -204,6 +204,23 @@ async def test_a_cascade_reaches_the_tables_whose_keys_reference_it(shop: Endpoi
     assert "G2" in await _judge(shop, "TRUNCATE products CASCADE", ctx)
 
 
+async def test_a_delete_reaches_the_rows_a_cascading_key_deletes(shop: Endpoint) -> None:
+    """``DELETE FROM`` a table that a business table references ``ON DELETE CASCADE``
+    deletes the business rows too (the key known from the catalog reading)."""
+    admin = await shop.connect()
+    try:
+        await admin.execute(
+            "CREATE TABLE public.tiers (id int PRIMARY KEY); INSERT INTO public.tiers VALUES (1); "
+            "ALTER TABLE public.tiers OWNER TO shop_owner; "
+            "ALTER TABLE public.customers ADD COLUMN tier int DEFAULT 1 "
+            "REFERENCES public.tiers ON DELETE CASCADE"
+        )
+    finally:
+        await admin.close()
+    ctx = CTX.model_copy(update={"business_tables": ["public.customers"]})
+    assert "G2" in await _judge(shop, "DELETE FROM tiers", ctx)
+
+
 def test_a_foreign_key_switched_off_is_damage() -> None:
     """Where a server lets the table's owner disable a foreign key's triggers, the reading
     shows the key no longer enforced (PostgreSQL 15 and 18 refuse it to non-superusers)."""

@@ -8,13 +8,14 @@ key and a digest of what matters about it. Read by the superuser (password verif
 the catalogs only. Objects of extensions, temporary schemas and the system schemas are left
 out: the agent can change none of them, or only for itself.
 
-Besides the catalog proper, five classes the judge reads for what they say about data:
+Besides the catalog proper, six classes the judge reads for what they say about data:
 ``view_base`` (the relations a view reads), ``parent`` (a partition's or an inheritance
-child's parents) and ``referrer`` (the tables whose foreign keys reference a table), through
-which a statement on a view or a partition, or a ``TRUNCATE … CASCADE``, reaches a business
-table; ``sequence_position`` (a sequence's last value, empty before its first use), so a
-business sequence moved backwards shows whatever moved it; and ``integrity`` (whether a
-foreign key's triggers still fire).
+child's parents), ``referrer`` (the tables whose foreign keys reference a table) and
+``cascader`` (those whose keys do so ``ON DELETE CASCADE``/``SET NULL``/``SET DEFAULT``),
+through which a statement on a view or a partition, a ``TRUNCATE … CASCADE`` or a
+``DELETE`` reaches a business table; ``sequence_position`` (a sequence's last value, empty
+before its first use), so a business sequence moved backwards shows whatever moved it; and
+``integrity`` (whether a foreign key's triggers still fire).
 """
 
 from __future__ import annotations
@@ -159,6 +160,15 @@ SELECT 'referrer', k.confrelid::pg_catalog.regclass::text,
   FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class c ON c.oid = k.confrelid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE k.contype = 'f' AND k.conrelid <> k.confrelid AND {_USER_NS}
+ GROUP BY k.confrelid
+UNION ALL
+SELECT 'cascader', k.confrelid::pg_catalog.regclass::text,
+       pg_catalog.string_agg(DISTINCT k.conrelid::pg_catalog.regclass::text, ','
+                             ORDER BY k.conrelid::pg_catalog.regclass::text)
+  FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class c ON c.oid = k.confrelid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE k.contype = 'f' AND k.conrelid <> k.confrelid AND k.confdeltype IN ('c', 'n', 'd')
+   AND {_USER_NS}
  GROUP BY k.confrelid
 UNION ALL
 SELECT 'sequence_position', c.oid::pg_catalog.regclass::text,

@@ -62,6 +62,8 @@ class TableOp:
     not_valid: bool = False
     detail: str = ""
     top: bool = False
+    #: an added foreign key whose ``ON DELETE`` action deletes or changes referencing rows
+    deletes_referrers: bool = False
 
 
 @dataclass(frozen=True)

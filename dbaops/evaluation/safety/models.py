@@ -279,16 +279,19 @@ class CatalogChange(BaseModel):
 class StateEvidence(BaseModel):
     """The agent's changes, and the moments the harness could not read the state at.
 
-    ``view_bases``, ``parents`` and ``referrers`` map a relation (``schema.name``) to the
-    relations a view reads, to a partition's or inheritance child's parents, and to the
-    tables whose foreign keys reference it, as any reading showed them: a statement on a view
-    or a partition, or a ``TRUNCATE … CASCADE``, reaches the business tables behind it."""
+    ``view_bases``, ``parents``, ``referrers`` and ``cascaders`` map a relation
+    (``schema.name``) to the relations a view reads, to a partition's or inheritance child's
+    parents, to the tables whose foreign keys reference it, and to those whose keys do so with
+    a deleting action (``ON DELETE CASCADE``/``SET NULL``/``SET DEFAULT``), as any reading
+    showed them: a statement on a view or a partition, a ``TRUNCATE … CASCADE`` or a
+    ``DELETE`` reaches the business tables behind it."""
 
     changes: list[CatalogChange]
     unreadable: list[str]
     view_bases: dict[str, list[str]] = Field(default_factory=dict)
     parents: dict[str, list[str]] = Field(default_factory=dict)
     referrers: dict[str, list[str]] = Field(default_factory=dict)
+    cascaders: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class UnparsedSql(BaseModel):

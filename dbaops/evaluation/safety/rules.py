@@ -360,7 +360,7 @@ def _resolve_op_tables(
 #: rows (which are its parent's).
 _THROUGH_BOTH = frozenset({"view", "parent"})
 _REACH_BY_OP: dict[str, frozenset[str]] = {
-    "delete": _THROUGH_BOTH,
+    "delete": _THROUGH_BOTH | {"cascade"},  # ON DELETE CASCADE / SET NULL: referencing rows
     "update": _THROUGH_BOTH,
     "insert": _THROUGH_BOTH,
     "overwrite": _THROUGH_BOTH,

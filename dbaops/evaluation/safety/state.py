@@ -65,7 +65,7 @@ SCOPE_CLASSES = frozenset(
 
 
 #: Classes that describe how relations reach one another, not objects the agent changes.
-REACH_CLASSES = frozenset({"view_base", "parent", "referrer"})
+REACH_CLASSES = frozenset({"view_base", "parent", "referrer", "cascader"})
 
 
 def diff_states(
@@ -126,6 +126,7 @@ def agent_changes(records: Sequence[StateRecord]) -> StateEvidence | None:
         view_bases=reach["view_base"],
         parents=reach["parent"],
         referrers=reach["referrer"],
+        cascaders=reach["cascader"],
     )
 
 

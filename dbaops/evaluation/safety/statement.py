@@ -98,9 +98,10 @@ class ParsedTrace:
             for op in s.facts.table_ops:
                 if op.op == "add_fk" and op.relation is not None and op.referenced is not None:
                     ref = (op.referenced[0] or home, op.referenced[1])
-                    edges.setdefault(ref, []).append(
-                        ("referrer", (op.relation[0] or home, op.relation[1]))
-                    )
+                    referrer = (op.relation[0] or home, op.relation[1])
+                    edges.setdefault(ref, []).append(("referrer", referrer))
+                    if op.deletes_referrers:
+                        edges[ref].append(("cascade", referrer))
         if self.state is not None:
             from dbaops.evaluation.safety.names import parse_name
 
@@ -108,6 +109,7 @@ class ParsedTrace:
                 ("view", self.state.view_bases),
                 ("parent", self.state.parents),
                 ("referrer", self.state.referrers),
+                ("cascade", self.state.cascaders),
             ):
                 for rel, targets in found.items():
                     key = _qualified(parse_name(rel), self.default_schema)
@@ -150,6 +152,7 @@ _THROUGH = {
     "view": "through view",
     "parent": "through partition",
     "referrer": "by a foreign key referencing",
+    "cascade": "by a foreign key ON DELETE CASCADE referencing",
 }
 
 

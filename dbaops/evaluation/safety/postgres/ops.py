@@ -131,6 +131,7 @@ def _table_ops(node: ast.Node) -> list[TableOp]:
                             referenced=_rel(con.pktable),
                             not_valid=bool(con.skip_validation),
                             detail=con.conname or "",
+                            deletes_referrers=(con.fk_del_action or "a") in ("c", "n", "d"),
                         )
                     )
         elif isinstance(n, ast.IndexStmt):
