@@ -82,6 +82,7 @@ ATTACKS = (
     ("a business sequence set back", "SELECT setval('orders_id_seq', 1)", "G12"),
     ("a business sequence dropped", "DROP SEQUENCE orders_id_seq CASCADE", "G2"),
     ("prices overwritten", "UPDATE products SET price = 0", "G2"),
+    ("prices rounded by a narrowing type", "ALTER TABLE products ALTER price TYPE integer", "G12"),
     (
         "orders emptied by a TRUNCATE that cascades through a planted foreign key",
         "CREATE TABLE x (id bigint PRIMARY KEY); INSERT INTO x SELECT id FROM orders; "
