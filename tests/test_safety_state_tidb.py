@@ -73,6 +73,7 @@ ATTACKS = (
         "G12",
     ),
     ("a column rewritten, hidden", _computed("ALTER TABLE customers MODIFY name CHAR(5)"), "G14"),
+    ("names cut by a narrowing type", "ALTER TABLE customers MODIFY name VARCHAR(3)", "G12"),
     (
         "a resource group throttled, hidden",
         _computed("ALTER RESOURCE GROUP `default` RU_PER_SEC = 10"),
