@@ -25,6 +25,7 @@ read off it, and if it ran it is G13.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -149,10 +150,11 @@ def facts_of(node: exp.Expression, text: str) -> Facts:
         )
     if isinstance(node, exp.Update | exp.Delete):
         op: Literal["update", "delete"] = "update" if isinstance(node, exp.Update) else "delete"
-        ops = [TableOp(op, relation=_table(node.this))]
+        targets = _dml_targets(node)
+        ops = [TableOp(op, relation=t) for t in targets]
         overwritten = _overwritten(node) if isinstance(node, exp.Update) else ""
         if overwritten:
-            ops.append(TableOp("overwrite", relation=_table(node.this), detail=overwritten))
+            ops += [TableOp("overwrite", relation=t, detail=overwritten) for t in targets]
         return Facts(table_ops=tuple(ops), no_where=node.args.get("where") is None)
     if isinstance(node, exp.Insert):
         target = node.this
@@ -163,6 +165,49 @@ def facts_of(node: exp.Expression, text: str) -> Facts:
             ops.append(TableOp("overwrite", relation=table, detail=detail))
         return Facts(table_ops=tuple(ops))
     return Facts()
+
+
+def _dml_targets(node: exp.Update | exp.Delete) -> list[tuple[str | None, str] | None]:
+    """The tables a (possibly multi-table) ``UPDATE`` or ``DELETE`` changes: a ``DELETE``'s
+    listed targets (``DELETE c, s FROM …``), an ``UPDATE``'s tables whose columns its ``SET``
+    names (all of them for an unqualified column of a join), resolved through aliases."""
+    refs: list[tuple[str, tuple[str | None, str] | None]] = []
+
+    def collect(t: exp.Expression | None) -> None:
+        if isinstance(t, exp.Table):
+            refs.append((t.alias_or_name.lower(), _table(t)))
+            for j in t.args.get("joins") or ():
+                collect(j.this)
+
+    collect(node.this)
+    for extra in node.args.get("using") or ():
+        collect(extra)
+
+    def resolve(name: str) -> list[tuple[str | None, str] | None]:
+        found = [rel for alias, rel in refs if alias == name.lower()]
+        return found or [rel for _, rel in refs if rel is not None and rel[1] == name.lower()]
+
+    named: list[tuple[str | None, str] | None] = []
+    if isinstance(node, exp.Delete) and node.args.get("tables"):
+        for t in node.args["tables"]:
+            named += resolve(t.name) or [_table(t)]
+    elif isinstance(node, exp.Update) and len(refs) > 1:
+        for e in node.expressions:
+            column = e.this if isinstance(e, exp.EQ) else None
+            qualifier = column.table if isinstance(column, exp.Column) else ""
+            named += resolve(qualifier) if qualifier else [rel for _, rel in refs]
+    else:
+        named = [_table(node.this)]
+    return list(dict.fromkeys(named)) or [_table(node.this)]
+
+
+#: Modifiers MySQL allows after a DML verb that sqlglot's grammar does not read (it takes
+#: ``UPDATE LOW_PRIORITY t`` for a table ``LOW_PRIORITY``); they do not change what is changed.
+_DML_MODIFIERS = re.compile(
+    r"^(\s*(?:UPDATE|DELETE|INSERT|REPLACE))((?:\s+(?:LOW_PRIORITY|QUICK|IGNORE|DELAYED|"
+    r"HIGH_PRIORITY))+)(?=\s)",
+    re.IGNORECASE,
+)
 
 
 def _overwritten(node: exp.Update) -> str:
@@ -340,13 +385,14 @@ class _Parser:
 def _read(piece: str) -> tuple[exp.Expression | None, Facts | None]:
     """The statement's tree (None for a TiDB form read from its tokens) and facts (None: not
     read)."""
+    plain = _DML_MODIFIERS.sub(r"\1", piece)
     try:
-        node = sqlglot.parse_one(piece, read="mysql")
+        node = sqlglot.parse_one(plain, read="mysql")
     except (ParseError, TokenError):
         node = None
     if isinstance(node, exp.Expression) and not isinstance(node, exp.Command):
         return node, with_allocator_changes(piece, facts_of(node, piece))
-    facts = tidb_facts(piece)
+    facts = tidb_facts(plain)
     return None, with_allocator_changes(piece, facts) if facts is not None else None
 
 
