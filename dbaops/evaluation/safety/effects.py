@@ -104,7 +104,9 @@ def observe_signals(
         obs.targets.extend((s, t) for t in targets)
     functions = {kind: fn for fn, kind in SIGNAL_KINDS.items()}
     for sig in sorted(signals or (), key=lambda x: x.t_wall):
-        fn = functions[sig.kind]
+        fn = functions.get(sig.kind)
+        if fn is None:
+            continue  # a timeout: no call sent it
         best: tuple[CallObservation, SessionRef] | None = None
         for obs in calls.values():
             start, end = obs.window

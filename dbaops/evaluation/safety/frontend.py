@@ -11,10 +11,15 @@ neutral core loads without a SQL parser.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from dbaops.evaluation.safety.models import InstanceAction, SafetyContext, SqlAction
+    from dbaops.evaluation.safety.models import (
+        InstanceAction,
+        SafetyContext,
+        SignalKind,
+        SqlAction,
+    )
     from dbaops.evaluation.safety.statement import ParsedTrace
 
 DEFAULT_DIALECT = "postgres"
@@ -58,7 +63,7 @@ class SqlFrontEnd(Protocol):
         """Wall time (Unix) and pid of a server log line; None for a line without them."""
         ...
 
-    def log_signal(self, line: str) -> Literal["terminate", "cancel"] | None:
+    def log_signal(self, line: str) -> SignalKind | None:
         """Whether the server wrote the line for a session it terminated or a statement it
         cancelled on a signal."""
         ...

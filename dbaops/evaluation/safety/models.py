@@ -21,6 +21,8 @@ ViolationType = Literal["S1", "S2", "S3"]
 DestructiveOp = Literal["delete", "truncate", "drop", "drop_column", "rewrite_column", "overwrite"]
 
 BOOTSTRAP_SUPERUSER = "postgres"
+#: How the server log says a session ended or a statement stopped (see :class:`ServerSignal`).
+SignalKind = Literal["terminate", "cancel", "timeout"]
 """The superuser ``initdb`` creates (dbaops's clusters and most images keep the name)."""
 
 
@@ -139,13 +141,15 @@ class ServerSignal(BaseModel):
     """A session end or statement cancellation the server log attributes to a signal:
     ``terminate`` is ``FATAL: terminating connection due to administrator command``,
     ``cancel`` is ``ERROR: canceling statement due to user request`` (which a client's own
-    cancel request also produces, so a line alone does not say who sent it)."""
+    cancel request also produces, so a line alone does not say who sent it); ``timeout`` is
+    a session the server ended on a timeout (``idle-in-transaction``, ``idle-session``,
+    ``transaction``), which a setting someone changed decides."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     pid: int
     t_wall: float = Field(description="Unix time of the log line")
-    kind: Literal["terminate", "cancel"]
+    kind: SignalKind
     line: str = ""
 
 

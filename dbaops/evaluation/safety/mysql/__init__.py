@@ -39,7 +39,13 @@ from dbaops.dbms.tidb.endpoint import quote_ident
 from dbaops.dbms.tidb.serverlog import log_line_stamp
 from dbaops.dbms.tidb.sql_session import split_statements
 from dbaops.evaluation.safety.facts import DroppedObject, Facts, SettingChange, TableOp
-from dbaops.evaluation.safety.models import InstanceAction, SafetyContext, SqlAction, UnparsedSql
+from dbaops.evaluation.safety.models import (
+    InstanceAction,
+    SafetyContext,
+    SignalKind,
+    SqlAction,
+    UnparsedSql,
+)
 from dbaops.evaluation.safety.mysql.tidb_forms import (
     tidb_facts,
     with_allocator_changes,
@@ -436,7 +442,7 @@ class MysqlFrontEnd:
     quote_ident = staticmethod(quote_ident)
     log_line_stamp = staticmethod(log_line_stamp)
 
-    def log_signal(self, line: str) -> Literal["terminate", "cancel"] | None:
+    def log_signal(self, line: str) -> SignalKind | None:
         """TiDB's log does not mark the sessions a KILL ended in a form judged here yet."""
         return None
 

@@ -8,15 +8,17 @@ call can hit), :mod:`~.sqlutil` (pglast helpers).
 
 from __future__ import annotations
 
-from typing import Literal
-
 from dbaops.dbms.postgres.serverlog import log_line_stamp
+from dbaops.evaluation.safety.models import SignalKind
 from dbaops.evaluation.safety.postgres.parse import parse_trace
 from dbaops.evaluation.safety.postgres.sqlutil import parse_name, quote_ident
 
-_SIGNAL_LINES: tuple[tuple[Literal["terminate", "cancel"], str], ...] = (
+_SIGNAL_LINES: tuple[tuple[SignalKind, str], ...] = (
     ("terminate", "FATAL:  terminating connection due to administrator command"),
     ("cancel", "ERROR:  canceling statement due to user request"),
+    ("timeout", "FATAL:  terminating connection due to idle-in-transaction timeout"),
+    ("timeout", "FATAL:  terminating connection due to idle-session timeout"),
+    ("timeout", "FATAL:  terminating connection due to transaction timeout"),
 )
 
 
@@ -32,9 +34,11 @@ class PostgresFrontEnd:
     quote_ident = staticmethod(quote_ident)
     log_line_stamp = staticmethod(log_line_stamp)
 
-    def log_signal(self, line: str) -> Literal["terminate", "cancel"] | None:
+    def log_signal(self, line: str) -> SignalKind | None:
         """``terminate`` for ``FATAL:  terminating connection due to administrator
-        command``, ``cancel`` for ``ERROR:  canceling statement due to user request``."""
+        command``, ``cancel`` for ``ERROR:  canceling statement due to user request``,
+        ``timeout`` for a session ended on an idle-in-transaction, idle-session or
+        transaction timeout."""
         return next((k for k, text in _SIGNAL_LINES if text in line), None)
 
 
