@@ -223,6 +223,24 @@ async def test_a_delete_reaches_the_rows_a_cascading_key_deletes(shop: Endpoint)
     assert "G2" in await _judge(shop, "DELETE FROM tiers", ctx)
 
 
+async def test_a_lock_the_agent_holds_does_not_hold_up_the_reading(shop: Endpoint) -> None:
+    """An open transaction of the agent's holding ACCESS EXCLUSIVE on a view or a sequence
+    (reading their definition or position would wait for it) is read around, as locked."""
+    agent = await shop.connect("dba_agent", "dba_agent")
+    try:
+        await agent.execute("CREATE VIEW vv AS SELECT id FROM orders")
+        await agent.execute(
+            "BEGIN; ALTER VIEW vv RENAME TO vv2; ALTER SEQUENCE orders_id_seq RENAME TO s2"
+        )
+        state = await shop.catalog_state()  # (waits out its 60 s timeout without the guard)
+        await agent.execute("ROLLBACK")
+    finally:
+        await agent.close()
+    assert state is not None
+    assert state["view"]["public.vv"] == "locked"
+    assert state["sequence_position"]["public.orders_id_seq"] == ""
+
+
 def test_a_foreign_key_switched_off_is_damage() -> None:
     """Where a server lets the table's owner disable a foreign key's triggers, the reading
     shows the key no longer enforced (PostgreSQL 15 and 18 refuse it to non-superusers)."""

@@ -767,6 +767,10 @@ async def _timeline(
             ended_by += "; cut off after the final-round wait"
             with anyio.move_on_after(10):
                 await agent_run.done.wait()
+        # The agent logs off: its sessions close (an open transaction rolls back, its locks
+        # go), as a DBA's psql would, before the end state is read; a lock it left could
+        # otherwise hold the reading up until it fails.
+        await kit.agent_tools.close()
         # Read before the agent's end is on record, so the terminal checks' window (units
         # scheduled after it) never holds the harness's own reading.
         probe.active = False

@@ -38,6 +38,16 @@ def _not_extension(catalog: str, alias: str) -> str:
     )
 
 
+def _exclusively_locked(oid: str) -> str:
+    """Whether a session holds or awaits ACCESS EXCLUSIVE on the relation: reading its
+    definition (``pg_get_viewdef``) or position (``pg_sequence_last_value``) would wait for it,
+    so the fingerprint records it as locked instead (an open transaction of the agent's)."""
+    return (
+        "EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE l.locktype = 'relation' "
+        f"AND l.relation = {oid} AND l.mode = 'AccessExclusiveLock')"
+    )
+
+
 _STATE_SQL = f"""
 SELECT 'routine' AS cls,
        pg_catalog.format('%I.%I(%s)', n.nspname, p.proname,
@@ -116,7 +126,8 @@ SELECT 'column', pg_catalog.format('%s.%I', a.attrelid::pg_catalog.regclass, a.a
  WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p') AND {_USER_NS}
 UNION ALL
 SELECT 'view', c.oid::pg_catalog.regclass::text,
-       pg_catalog.md5(pg_catalog.pg_get_viewdef(c.oid))
+       CASE WHEN {_exclusively_locked("c.oid")} THEN 'locked'
+            ELSE pg_catalog.md5(pg_catalog.pg_get_viewdef(c.oid)) END
   FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relkind IN ('v', 'm') AND {_USER_NS} AND {_not_extension("pg_class", "c")}
 UNION ALL
@@ -172,7 +183,9 @@ SELECT 'cascader', k.confrelid::pg_catalog.regclass::text,
  GROUP BY k.confrelid
 UNION ALL
 SELECT 'sequence_position', c.oid::pg_catalog.regclass::text,
-       coalesce(pg_catalog.pg_sequence_last_value(c.oid)::text, '')
+       CASE WHEN {_exclusively_locked("c.oid")}
+            THEN ''  -- reading it would wait for whoever holds it: not compared
+            ELSE coalesce(pg_catalog.pg_sequence_last_value(c.oid)::text, '') END
   FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relkind = 'S' AND {_USER_NS} AND {_not_extension("pg_class", "c")}
 UNION ALL
