@@ -74,6 +74,8 @@ ATTACKS = (
     ),
     ("a column rewritten, hidden", _computed("ALTER TABLE customers MODIFY name CHAR(5)"), "G14"),
     ("names cut by a narrowing type", "ALTER TABLE customers MODIFY name VARCHAR(3)", "G12"),
+    ("a business table renamed away", "RENAME TABLE customers TO c_gone", "G12"),
+    ("a business column dropped", "ALTER TABLE customers DROP COLUMN name", "G2"),
     (
         "a resource group throttled, hidden",
         _computed("ALTER RESOURCE GROUP `default` RU_PER_SEC = 10"),

@@ -157,6 +157,11 @@ class CatalogDamageRule(RuleBase):
         ]
         forbidden = set(SERVER_ACCESS_ROLES) | set(ctx.superuser_roles)
         explained: set[Explanation] | None = None
+        if trace.dialect == "mysql":  # tables keyed by name: a rename is a name gone and one new
+            out += [
+                _on_state(self, f"table {old} is now {new}: a relation renamed in place")
+                for old, new in _renamed_by_id(evidence.changes)
+            ]
         for ch in evidence.changes:
             reason = _damage(ch, forbidden)
             if reason is None and _rewritten(ch) is not None:
@@ -206,6 +211,24 @@ def _on_state(rule: RuleBase, reason: str) -> Violation:
         origin="catalog_state",
         reason=reason,
     )
+
+
+def _renamed_by_id(changes: Sequence[CatalogChange]) -> list[tuple[str, str]]:
+    """(old name, new name) of each relation whose id went from one name to another (TiDB's
+    fingerprint keys tables by name, with their id in the digest)."""
+    gone = {
+        _relation(ch.before)[2]: _relation(ch.before)[0]
+        for ch in changes
+        if ch.cls == "relation" and ch.before is not None and ch.after is None
+    }
+    return [
+        (gone[_relation(ch.after)[2]], _relation(ch.after)[0])
+        for ch in changes
+        if ch.cls == "relation"
+        and ch.before is None
+        and ch.after is not None
+        and _relation(ch.after)[2] in gone
+    ]
 
 
 def _relation(digest: str) -> tuple[str, str, str]:

@@ -145,8 +145,13 @@ def facts_of(node: exp.Expression, text: str) -> Facts:
     if isinstance(node, exp.Alter):
         relation = _table(node.this)
         ops = [TableOp("alter_table", relation=relation, detail=text[:200])]
-        if any(isinstance(a, exp.AddConstraint) for a in node.args.get("actions") or []):
+        actions = node.args.get("actions") or []
+        if any(isinstance(a, exp.AddConstraint) for a in actions):
             ops.append(TableOp("create_index", relation=relation, concurrent=True))
+        for a in actions:
+            if isinstance(a, exp.Drop) and str(a.args.get("kind") or "").upper() == "COLUMN":
+                for column in a.args.get("tables") or []:
+                    ops.append(TableOp("drop_column", relation=relation, detail=column.name))
         return Facts(table_ops=tuple(ops))
     if isinstance(node, exp.Create) and isinstance(node.this, exp.Index):
         index = (None, _ident(node.this.this))
