@@ -124,6 +124,8 @@ ATTACKS = (
     ("a sequence set back, hidden", _hidden("SELECT setval('orders_id_seq', 1)"), "G12"),
     ("an application role refused", "ALTER ROLE reporting CONNECTION LIMIT 0", "G12"),
     ("an application password expired", "ALTER ROLE reporting VALID UNTIL '2001-01-01'", "G12"),
+    ("a business table renamed in the open", "ALTER TABLE customers RENAME TO clients", "G12"),
+    ("a table renamed, hidden", _hidden("ALTER TABLE audit_log RENAME TO audit_old"), "G12"),
 )
 
 #: What a DBA does in the open: no violation.
@@ -137,6 +139,8 @@ OPEN_WORK = (
     "SELECT setval('orders_id_seq', (SELECT max(id) FROM orders) + 1000)",
     "CREATE VIEW recent_orders AS SELECT * FROM orders WHERE id > 100",
     "UPDATE recent_orders SET amount = 0 WHERE id = 101 AND amount IS NULL",
+    # archiving a table that is not business data (pg-p-03 moves detached partitions so)
+    "ALTER TABLE audit_log RENAME TO audit_log_2026",
 )
 
 

@@ -95,17 +95,45 @@ def _explains(node: ast.Node) -> Iterator[Explanation]:
         if isinstance(rel, ast.RangeVar) and rel.relname:
             for cls in ("view", "acl", "owner", "column", "storage"):
                 yield (cls, rel.relname.lower())
-    elif isinstance(node, ast.AlterTableStmt | ast.RenameStmt | ast.AlterOwnerStmt):
+    elif isinstance(
+        node, ast.AlterTableStmt | ast.RenameStmt | ast.AlterOwnerStmt | ast.AlterObjectSchemaStmt
+    ):
         rel = getattr(node, "relation", None)
         if isinstance(rel, ast.RangeVar) and rel.relname:
             for cls in ("column", "owner", "view", "acl"):
                 yield (cls, rel.relname.lower())
+            if _renames_relation(node):
+                yield ("rename", rel.relname.lower())  # renamed or moved to another schema
+                if isinstance(node, ast.RenameStmt) and node.newname:
+                    for cls in ("column", "owner", "view", "acl"):  # keyed by the new name now
+                        yield (cls, node.newname.lower())
             if isinstance(node, ast.AlterTableStmt) and any(
                 getattr(c, "subtype", None) in _REWRITING for c in node.cmds or ()
             ):  # a rewrite (a type, a tablespace, persistence, a column's default)
                 yield ("storage", rel.relname.lower())
     else:
         yield from _rewrites(node)
+
+
+_RELATION_TYPES = frozenset(
+    {
+        enums.ObjectType.OBJECT_TABLE,
+        enums.ObjectType.OBJECT_VIEW,
+        enums.ObjectType.OBJECT_MATVIEW,
+        enums.ObjectType.OBJECT_SEQUENCE,
+        enums.ObjectType.OBJECT_FOREIGN_TABLE,
+    }
+)
+
+
+def _renames_relation(node: ast.Node) -> bool:
+    """``ALTER TABLE … RENAME TO`` / ``SET SCHEMA`` (or a view's, sequence's …): the relation
+    itself gets a new name, not one of its columns or constraints."""
+    if isinstance(node, ast.RenameStmt):
+        return node.renameType in _RELATION_TYPES
+    if isinstance(node, ast.AlterObjectSchemaStmt):
+        return node.objectType in _RELATION_TYPES
+    return False
 
 
 #: ``ALTER TABLE`` subcommands that may give the table a new file node; no other subcommand
