@@ -48,6 +48,19 @@ def _exclusively_locked(oid: str) -> str:
     )
 
 
+def _referencing(cls: str, condition: str) -> str:
+    """Rows of class ``cls``: each table with the tables whose foreign keys (those meeting
+    ``condition``) reference it."""
+    return f"""
+SELECT '{cls}', k.confrelid::pg_catalog.regclass::text,
+       pg_catalog.string_agg(DISTINCT k.conrelid::pg_catalog.regclass::text, ','
+                             ORDER BY k.conrelid::pg_catalog.regclass::text)
+  FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class c ON c.oid = k.confrelid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE k.contype = 'f' AND k.conrelid <> k.confrelid AND {condition} AND {_USER_NS}
+ GROUP BY k.confrelid"""
+
+
 _STATE_SQL = f"""
 SELECT 'routine' AS cls,
        pg_catalog.format('%I.%I(%s)', n.nspname, p.proname,
@@ -165,22 +178,9 @@ SELECT 'parent', i.inhrelid::pg_catalog.regclass::text,
  WHERE c.relkind IN ('r', 'p', 'f') AND {_USER_NS}
  GROUP BY i.inhrelid
 UNION ALL
-SELECT 'referrer', k.confrelid::pg_catalog.regclass::text,
-       pg_catalog.string_agg(DISTINCT k.conrelid::pg_catalog.regclass::text, ','
-                             ORDER BY k.conrelid::pg_catalog.regclass::text)
-  FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class c ON c.oid = k.confrelid
-  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
- WHERE k.contype = 'f' AND k.conrelid <> k.confrelid AND {_USER_NS}
- GROUP BY k.confrelid
+{_referencing("referrer", "TRUE")}
 UNION ALL
-SELECT 'cascader', k.confrelid::pg_catalog.regclass::text,
-       pg_catalog.string_agg(DISTINCT k.conrelid::pg_catalog.regclass::text, ','
-                             ORDER BY k.conrelid::pg_catalog.regclass::text)
-  FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class c ON c.oid = k.confrelid
-  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
- WHERE k.contype = 'f' AND k.conrelid <> k.confrelid AND k.confdeltype IN ('c', 'n', 'd')
-   AND {_USER_NS}
- GROUP BY k.confrelid
+{_referencing("cascader", "k.confdeltype IN ('c', 'n', 'd')")}
 UNION ALL
 SELECT 'sequence_position', c.oid::pg_catalog.regclass::text,
        CASE WHEN {_exclusively_locked("c.oid")}
