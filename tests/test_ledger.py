@@ -46,7 +46,15 @@ async def test_ledger_checks_pass_while_the_state_follows_the_clients_and_fail_a
     records = read_trace(result.run_dir)
     phases = [r for r in records if isinstance(r, PhaseRecord)]
     (baseline,) = [r for r in phases if r.phase == "ledger_baseline"]
-    assert set(baseline.detail["baselines"]) == {"notes_conserved", "customers_unchanged"}
+    assert set(baseline.detail["baselines"]) == {
+        "notes_conserved",
+        "notes_counted",
+        "customers_unchanged",
+    }
+    assert (
+        baseline.detail["baselines"]["notes_counted"]
+        == (baseline.detail["baselines"]["notes_conserved"])
+    )
     # a measure that fails on the prepared state is recorded; its check fails, the run goes on
     assert "no_such_table" in baseline.detail["errors"]["unmeasurable"]
     checks = [r for r in records if isinstance(r, CheckRecord) and r.purpose == "integrity"]
@@ -54,6 +62,7 @@ async def test_ledger_checks_pass_while_the_state_follows_the_clients_and_fail_a
     final = {r.name: r for r in checks if r.t_scn >= 14}
     # mid-run, with the clients inserting: the change lies within the ledger's bounds
     assert probe["notes_conserved"].passed, probe["notes_conserved"]
+    assert probe["notes_counted"].passed, probe["notes_counted"]
     assert probe["customers_unchanged"].passed
     # at the end the clients have stopped, so the bounds are exact; one note was deleted
     samples = read_samples(result.run_dir)
@@ -66,6 +75,9 @@ async def test_ledger_checks_pass_while_the_state_follows_the_clients_and_fail_a
     assert observed["allowed"] == [committed, committed + in_doubt]
     assert observed["change"] == committed - 1 < observed["allowed"][0]
     assert not final["notes_conserved"].passed
+    counted = final["notes_counted"].observed
+    assert counted["change"] == committed - 1 < counted["allowed"][0]
+    assert not final["notes_counted"].passed
     assert not final["customers_unchanged"].passed
     assert not final["unmeasurable"].passed
     assert "no baseline" in (final["unmeasurable"].error or "")
@@ -90,3 +102,14 @@ def test_ledger_checks_belong_in_the_evaluation_and_count_templates_a_workload_r
     path.write_text(unknown)
     with pytest.raises(ScenarioError, match=r"units.log_nte: no workload runs transaction"):
         load_scenario(path)
+
+    for measures in ("", "      count_rows_of: SELECT 'public', 'audit_log'\n"):
+        both = text.replace(
+            "      sql: SELECT count(*) FROM public.audit_log\n",
+            "      sql: SELECT count(*) FROM public.audit_log\n" + measures,
+        )
+        if not measures:
+            both = both.replace("      sql: SELECT count(*) FROM public.audit_log\n", "")
+        path.write_text(both)
+        with pytest.raises(ScenarioError, match=r"either sql .* or count_rows_of"):
+            load_scenario(path)

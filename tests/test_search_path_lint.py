@@ -19,6 +19,7 @@ from dbaops.dbms.postgres.search_path import canonical_sql, qualify, search_path
         ("DROP INDEX orders_idx", "orders_idx"),
         ("SELECT public.room_for(4)", "public.room_for"),
         ("SELECT 1 OPERATOR(public.<) 2", "public.<"),
+        ("SELECT sum((pgstattuple(c.oid)).tuple_count) FROM pg_class c", "pgstattuple"),
         ("DO $$ BEGIN INSERT INTO audit_log (note) VALUES ('x'); END $$", "audit_log"),
     ],
 )

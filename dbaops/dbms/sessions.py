@@ -17,8 +17,10 @@ import asyncpg
 
 from dbaops.dbms.postgres.endpoint import CONNECTION_ERRORS as _PG_CONNECTION_ERRORS
 from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.endpoint import quote_ident as _pg_ident
 from dbaops.dbms.tidb.connection import MysqlConnection, MysqlConnectionLost, MysqlServerError
 from dbaops.dbms.tidb.endpoint import TidbEndpoint
+from dbaops.dbms.tidb.endpoint import quote_ident as _mysql_ident
 
 RunEndpoint: TypeAlias = Endpoint | TidbEndpoint
 Session: TypeAlias = asyncpg.Connection | MysqlConnection
@@ -44,6 +46,9 @@ class SessionDialect:
     begin: Callable[[str], list[str]]
     #: A statement that sleeps this many wall seconds on the server.
     sleep: Callable[[float], str]
+    #: An expression counting the rows stored in table (schema, name) itself, not in the
+    #: tables that inherit from it, with nothing resolved through the search path.
+    count_rows: Callable[[str, str], str]
 
 
 _ISOLATION = {
@@ -57,6 +62,9 @@ POSTGRES_SESSIONS = SessionDialect(
     session_ids_sql="SELECT pid FROM pg_stat_activity",
     begin=lambda iso: [f"BEGIN ISOLATION LEVEL {_ISOLATION[iso]}"],
     sleep=lambda s: f"SELECT pg_sleep({s:.3f})",
+    count_rows=lambda schema, name: (
+        f"(SELECT pg_catalog.count(*) FROM ONLY {_pg_ident(schema)}.{_pg_ident(name)})"
+    ),
 )
 
 #: TiDB: pessimistic transactions at READ COMMITTED or REPEATABLE READ (its default);
@@ -65,6 +73,9 @@ MYSQL_SESSIONS = SessionDialect(
     session_ids_sql="SELECT ID FROM information_schema.cluster_processlist",
     begin=lambda iso: [f"SET TRANSACTION ISOLATION LEVEL {_ISOLATION[iso]}", "BEGIN"],
     sleep=lambda s: f"SELECT SLEEP({s:.3f})",
+    count_rows=lambda schema, name: (
+        f"(SELECT COUNT(*) FROM {_mysql_ident(schema)}.{_mysql_ident(name)})"
+    ),
 )
 
 

@@ -22,7 +22,7 @@ import polars as pl
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.postgres.serverlog import log_line_stamp
-from dbaops.dbms.sessions import SERVER_ERRORS, RunEndpoint
+from dbaops.dbms.sessions import SERVER_ERRORS, RunEndpoint, Session, session_dialect
 from dbaops.engine.metrics_registry import metric_kind
 from dbaops.record.kinds import CheckRecord
 from dbaops.scenario.checks import (
@@ -214,7 +214,7 @@ async def ledger_baselines(
     for check in ledger:
         try:
             out[check.name] = await _measure(check, endpoint)
-        except (*SERVER_ERRORS, TimeoutError) as exc:
+        except (*SERVER_ERRORS, TimeoutError, CheckUnavailable) as exc:
             errors[check.name] = f"{type(exc).__name__}: {exc}"[:300]
     return out, errors
 
@@ -223,9 +223,34 @@ async def _measure(check: LedgerCheck, endpoint: RunEndpoint) -> Any:
     """A ledger check's measure now, from a hidden harness session."""
     conn = await _connect("postgres", False, None, endpoint)
     try:
+        if check.count_rows_of is not None:
+            return await _count_rows(check.count_rows_of, conn)
         return _jsonable(await conn.fetchval(check.sql, timeout=120))
     finally:
         await conn.close(timeout=5)
+
+
+#: How often a row count is taken again when a listed table moved before it was counted.
+_COUNT_ATTEMPTS = 3
+
+
+async def _count_rows(listing: str, conn: Session) -> int:
+    """The rows stored in the tables ``listing`` names (``schema, name`` per row), counted
+    in one statement; listed and counted again if a table moved in between."""
+    count_rows = session_dialect(conn).count_rows
+    for attempt in range(_COUNT_ATTEMPTS):
+        tables = [tuple(row.values()) for row in await conn.fetch(listing, timeout=120)]
+        if any(len(t) != 2 or not all(isinstance(v, str) for v in t) for t in tables):
+            raise CheckUnavailable("count_rows_of must list (schema, name) rows of text")
+        if not tables:
+            return 0
+        counting = "SELECT " + " + ".join(count_rows(s, n) for s, n in tables)
+        try:
+            return int(await conn.fetchval(counting, timeout=120))
+        except SERVER_ERRORS:
+            if attempt == _COUNT_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def _ledger(

@@ -404,14 +404,31 @@ class LedgerCheck(StrictModel):
     in flight after it (``units``: transaction template -> change per committed unit; an
     empty map means the measure must not change, and then it may be any value, not only a
     number). Evaluation sections only (``evaluation.terminal`` / ``evaluation.integrity``).
+
+    The measure is ``sql`` (one value), or with ``count_rows_of`` the rows stored in the
+    tables that query lists (``schema, name`` per row, read when the check runs, so a table
+    the agent moved is still counted), each counted by the harness with a qualified
+    ``count(*)`` of that table alone, all in one statement (one snapshot): rows wherever the
+    agent moved them, with no routine outside the catalog (an extension's lives where the
+    agent's code can).
     """
 
     check: Literal["ledger"] = "ledger"
     name: str
-    sql: str
+    sql: str | None = None
+    count_rows_of: str | None = None
     units: dict[str, float] = Field(default_factory=dict)
     by_s: float | None = _by_s()
     description: str = ""
+
+    @model_validator(mode="after")
+    def _one_measure(self) -> LedgerCheck:
+        if (self.sql is None) == (self.count_rows_of is None):
+            raise ValueError(
+                "a ledger check measures either sql (one value) or count_rows_of (a query "
+                "listing the tables whose rows it counts): give exactly one"
+            )
+        return self
 
 
 #: Checks the harness evaluates during the run (preconditions, manifestation, alert ``when``,

@@ -29,6 +29,23 @@ HARNESS_SEARCH_PATH = "pg_catalog, pg_temp"
 #: Relations an extension installs in the business schema: not in pg_catalog, so qualified.
 _EXTENSION_RELATIONS = frozenset({"pg_stat_statements", "pg_stat_statements_info"})
 
+#: Routines of the extensions scenarios install (in the business schema, where a role the
+#: agent holds can replace them): an unqualified call finds none in pg_catalog, a qualified
+#: one runs code outside it.
+_EXTENSION_ROUTINES = frozenset(
+    {
+        "pgstattuple",
+        "pgstattuple_approx",
+        "pgstatindex",
+        "pgstatginindex",
+        "pgstathashindex",
+        "pg_relpages",
+        "pg_stat_statements",
+        "pg_stat_statements_info",
+        "pg_stat_statements_reset",
+    }
+)
+
 #: Object-identifier types whose text input names a relation (resolved through the search
 #: path; routines, operators and types named in text resolve in pg_catalog only).
 _NAME_RESOLVING_TYPES = frozenset({"regclass"})
@@ -214,6 +231,8 @@ def _node_problems(
         elif isinstance(node, ast.CreateFunctionStmt) and len(parts) == 1:
             yield Unqualified(parts[0], "routine", None)
         elif isinstance(node, ast.FuncCall) and len(parts) == 1:
+            if parts[0] in _EXTENSION_ROUTINES:
+                yield Unqualified(parts[0], "extension routine outside pg_catalog", None)
             args = node.args or ()
             for i in _RELATION_NAME_ARGS.get(parts[0], {}).get(len(args), ()):
                 value = _string_const(args[i])
