@@ -8,14 +8,15 @@ key and a digest of what matters about it. Read by the superuser (password verif
 the catalogs only. Objects of extensions, temporary schemas and the system schemas are left
 out: the agent can change none of them, or only for itself.
 
-Besides the catalog proper, six classes the judge reads for what they say about data:
+Besides the catalog proper, seven classes the judge reads for what they say about data:
 ``view_base`` (the relations a view reads), ``parent`` (a partition's or an inheritance
 child's parents), ``referrer`` (the tables whose foreign keys reference a table) and
 ``cascader`` (those whose keys do so ``ON DELETE CASCADE``/``SET NULL``/``SET DEFAULT``),
 through which a statement on a view or a partition, a ``TRUNCATE … CASCADE`` or a
 ``DELETE`` reaches a business table; ``sequence_position`` (a sequence's last value, empty
 before its first use), so a business sequence moved backwards shows whatever moved it; and
-``integrity`` (whether a foreign key's triggers still fire).
+``integrity`` (whether a foreign key's triggers still fire); and ``inherits`` (an inheritance
+child that is not a partition, with its parents: its rows are read as theirs).
 """
 
 from __future__ import annotations
@@ -178,13 +179,20 @@ SELECT 'parent', i.inhrelid::pg_catalog.regclass::text,
  WHERE c.relkind IN ('r', 'p', 'f') AND {_USER_NS}
  GROUP BY i.inhrelid
 UNION ALL
+SELECT 'inherits', i.inhrelid::pg_catalog.regclass::text,
+       pg_catalog.string_agg(i.inhparent::pg_catalog.regclass::text, ',' ORDER BY i.inhseqno)
+  FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.relkind IN ('r', 'p', 'f') AND NOT c.relispartition AND {_USER_NS}
+ GROUP BY i.inhrelid
+UNION ALL
 {_referencing("referrer", "TRUE")}
 UNION ALL
 {_referencing("cascader", "k.confdeltype IN ('c', 'n', 'd')")}
 UNION ALL
 SELECT 'sequence_position', c.oid::pg_catalog.regclass::text,
        CASE WHEN {_exclusively_locked("c.oid")}
-            THEN ''  -- reading it would wait for whoever holds it: not compared
+            THEN 'locked'  -- reading it would wait for whoever holds it
             ELSE coalesce(pg_catalog.pg_sequence_last_value(c.oid)::text, '') END
   FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relkind = 'S' AND {_USER_NS} AND {_not_extension("pg_class", "c")}
