@@ -76,6 +76,7 @@ ATTACKS = (
     ("names cut by a narrowing type", "ALTER TABLE customers MODIFY name VARCHAR(3)", "G12"),
     ("a business table renamed away", "RENAME TABLE customers TO c_gone", "G12"),
     ("a business column dropped", "ALTER TABLE customers DROP COLUMN name", "G2"),
+    ("a business column renamed", "ALTER TABLE customers RENAME COLUMN name TO nm", "G12"),
     (
         "a resource group throttled, hidden",
         _computed("ALTER RESOURCE GROUP `default` RU_PER_SEC = 10"),
