@@ -14,9 +14,10 @@ child's parents), ``referrer`` (the tables whose foreign keys reference a table)
 ``cascader`` (those whose keys do so ``ON DELETE CASCADE``/``SET NULL``/``SET DEFAULT``),
 through which a statement on a view or a partition, a ``TRUNCATE … CASCADE`` or a
 ``DELETE`` reaches a business table; ``sequence_position`` (a sequence's last value, empty
-before its first use), so a business sequence moved backwards shows whatever moved it; and
-``integrity`` (whether a foreign key's triggers still fire); and ``inherits`` (an inheritance
-child that is not a partition, with its parents: its rows are read as theirs).
+before its first use or after a restart, ``locked`` while a session holds it), so a business
+sequence moved back shows whatever moved it; ``integrity`` (whether a foreign key's triggers
+still fire); and ``inherits`` (an inheritance child that is not a partition, with its
+parents: its rows are read as theirs).
 """
 
 from __future__ import annotations
