@@ -18,8 +18,10 @@ from dbaops.dbms.tidb.engine import TidbBackend, TidbEngine, external_endpoint
 from dbaops.dbms.tidb.knowledge import error_units, variable_units
 from dbaops.dbms.tidb.sampler import COUNTERS, GAUGES, TidbMetricSampler, parse_prometheus
 from dbaops.dbms.tidb.serverlog import slow_log_stamp
+from dbaops.engine.checks import ledger_baselines
 from dbaops.mailbox import Mailbox
 from dbaops.record.tables import SAMPLE_SCHEMA
+from dbaops.scenario.checks import LedgerCheck
 from dbaops.scenario.loader import load_scenario
 from dbaops.tools.catalog import AGENT_TOOLS
 from dbaops.tools.recording import ToolRecorder
@@ -136,6 +138,26 @@ async def test_the_embedded_server_behind_the_seam(backend: TidbBackend) -> None
     async with store.lock(exclusive=False):
         await store.restore("k")
     store.drop("k")
+
+
+async def test_a_ledger_counts_the_rows_of_the_tables_it_lists(backend: TidbBackend) -> None:
+    """``count_rows_of`` on TiDB: each listed table counted by the harness, one sum."""
+    conn = await backend.admin.raw_connect()
+    try:
+        for name, rows in (("ledger_a", 3), ("ledger-b", 2)):  # a name that needs quoting
+            await execute(conn, f"DROP TABLE IF EXISTS shop.`{name}`")
+            await execute(conn, f"CREATE TABLE shop.`{name}` (id INT PRIMARY KEY)")
+            values = ", ".join(f"({i})" for i in range(rows))
+            await execute(conn, f"INSERT INTO shop.`{name}` VALUES {values}")
+    finally:
+        conn.close()
+    check = LedgerCheck(
+        name="rows",
+        count_rows_of="SELECT table_schema, table_name FROM information_schema.tables "
+        "WHERE table_schema = 'shop' AND table_name LIKE 'ledger%'",
+    )
+    measures, errors = await ledger_baselines([check], backend.for_database("shop"))
+    assert errors == {} and measures == {"rows": 5}
 
 
 async def test_a_users_server_by_dsn(backend: TidbBackend) -> None:
