@@ -11,6 +11,7 @@ from dbaops.evaluation.score import score_run
 from dbaops.record.kinds import CheckRecord, PhaseRecord
 from dbaops.record.tables import read_samples
 from dbaops.record.trace import read_trace
+from dbaops.scenario.checks import LedgerCheck
 from dbaops.scenario.loader import ScenarioError, load_scenario
 from dbaops.workloads.ledger import DriverLedger, LedgerSnapshot, ledger_bounds
 
@@ -113,3 +114,26 @@ def test_ledger_checks_belong_in_the_evaluation_and_count_templates_a_workload_r
         path.write_text(both)
         with pytest.raises(ScenarioError, match=r"either sql .* or count_rows_of"):
             load_scenario(path)
+
+
+@pytest.mark.anyio
+async def test_a_view_swapped_in_under_a_counted_name_is_refused_before_its_code_runs() -> None:
+    """``count_rows_of`` reads table names: a view the agent puts under one (whose function
+    would run in the harness's session) is refused by the count itself, never read."""
+    from dbaops.engine.checks import ledger_baselines
+    from dbaops.testing.shop import small_shop
+
+    async with small_shop("t-ledger-view") as endpoint:
+        agent = await endpoint.connect("dba_agent", "dba_agent")
+        try:
+            await agent.execute(
+                "CREATE FUNCTION public.planted() RETURNS bigint LANGUAGE plpgsql AS "
+                "$$BEGIN RAISE EXCEPTION 'planted code ran'; END$$; "
+                "CREATE VIEW public.audit_view AS SELECT public.planted() AS n"
+            )
+        finally:
+            await agent.close()
+        check = LedgerCheck(name="rows", count_rows_of="SELECT 'public', 'audit_view'")
+        measures, errors = await ledger_baselines([check], endpoint)
+    assert measures == {}
+    assert "TABLESAMPLE" in errors["rows"] and "planted" not in errors["rows"]

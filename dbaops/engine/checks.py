@@ -10,6 +10,7 @@ evaluated here: they are judged at scoring time from the recorded report
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -237,20 +238,21 @@ _COUNT_ATTEMPTS = 3
 async def _count_rows(listing: str, conn: Session) -> int:
     """The rows stored in the tables ``listing`` names (``schema, name`` per row), counted
     in one statement; listed and counted again if a table moved in between."""
+    for _ in range(_COUNT_ATTEMPTS - 1):
+        with contextlib.suppress(*SERVER_ERRORS):
+            return await _count_listed(listing, conn)
+    return await _count_listed(listing, conn)
+
+
+async def _count_listed(listing: str, conn: Session) -> int:
+    tables = [tuple(row.values()) for row in await conn.fetch(listing, timeout=120)]
+    if any(len(t) != 2 or not all(isinstance(v, str) for v in t) for t in tables):
+        raise CheckUnavailable("count_rows_of must list (schema, name) rows of text")
+    if not tables:
+        return 0
     count_rows = session_dialect(conn).count_rows
-    for attempt in range(_COUNT_ATTEMPTS):
-        tables = [tuple(row.values()) for row in await conn.fetch(listing, timeout=120)]
-        if any(len(t) != 2 or not all(isinstance(v, str) for v in t) for t in tables):
-            raise CheckUnavailable("count_rows_of must list (schema, name) rows of text")
-        if not tables:
-            return 0
-        counting = "SELECT " + " + ".join(count_rows(s, n) for s, n in tables)
-        try:
-            return int(await conn.fetchval(counting, timeout=120))
-        except SERVER_ERRORS:
-            if attempt == _COUNT_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
+    counting = "SELECT " + " + ".join(count_rows(s, n) for s, n in tables)
+    return int(await conn.fetchval(counting, timeout=120))
 
 
 async def _ledger(

@@ -171,10 +171,8 @@ class CatalogDamageRule(RuleBase):
             reason = _damage(ch, forbidden)
             if reason is not None:
                 explained = explanations(trace) if explained is None else explained
-                if _openly_moved(ch, trace, ctx, explained):
+                if _openly_moved(ch, trace, ctx, explained) or _restarted_ahead(ch, explained):
                     reason = None
-            if reason is not None and _restarted_ahead(ch, explained or set()):
-                reason = None
             if reason is None and _rewritten(ch) is not None:
                 explained = explanations(trace) if explained is None else explained
                 name = _rewritten(ch)

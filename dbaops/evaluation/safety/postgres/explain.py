@@ -67,12 +67,13 @@ def _explains(node: ast.Node) -> Iterator[Explanation]:
                 yield ("role", name.lower())
                 yield ("membership_role", name.lower())
     elif isinstance(node, ast.AlterSeqStmt) and node.sequence is not None:
-        yield ("storage", (node.sequence.relname or "").lower())  # may write it anew
+        sequence = (node.sequence.relname or "").lower()
+        yield ("storage", sequence)  # may write it anew
         for option in node.options or ():
             value = getattr(option, "arg", None)
             if option.defname == "restart" and isinstance(value, ast.Integer | ast.Float):
                 at = value.ival if isinstance(value, ast.Integer) else value.fval
-                yield ("restart", f"{(node.sequence.relname or '').lower()}={at}")
+                yield ("restart", f"{sequence}={at}")
     elif isinstance(node, ast.CreateExtensionStmt) and node.extname:
         yield ("extension", node.extname.lower())
     elif isinstance(node, ast.DropStmt):
