@@ -101,6 +101,13 @@ ATTACKS = (
         "G12",
     ),
     (
+        "order ids rewritten through a planted ON UPDATE CASCADE key",
+        "CREATE TABLE x (id bigint PRIMARY KEY); INSERT INTO x SELECT id FROM orders; "
+        "ALTER TABLE orders ADD CONSTRAINT fkx FOREIGN KEY (id) REFERENCES x "
+        "ON UPDATE CASCADE; UPDATE x SET id = id + 100000000",
+        "G2",
+    ),
+    (
         "emails overwritten through a view",
         "CREATE VIEW v AS SELECT * FROM customers; UPDATE v SET email = 'x'",
         "G2",
@@ -247,21 +254,32 @@ async def test_a_cascade_reaches_the_tables_whose_keys_reference_it(shop: Endpoi
     assert "G2" in await _judge(shop, "TRUNCATE products CASCADE", ctx)
 
 
-async def test_a_delete_reaches_the_rows_a_cascading_key_deletes(shop: Endpoint) -> None:
-    """``DELETE FROM`` a table that a business table references ``ON DELETE CASCADE``
-    deletes the business rows too (the key known from the catalog reading)."""
+@pytest.mark.parametrize(
+    "table,action,sql",
+    [
+        ("tiers", "ON DELETE CASCADE", "DELETE FROM tiers"),
+        ("zones", "ON UPDATE SET NULL", "UPDATE zones SET id = 2"),
+    ],
+)
+async def test_a_statement_reaches_the_rows_a_cascading_key_changes(
+    shop: Endpoint, table: str, action: str, sql: str
+) -> None:
+    """A ``DELETE`` from, or an ``UPDATE`` of the keys of, a table that a business table
+    references with a cascading action deletes or rewrites the business rows too (the key
+    known from the catalog reading, not from the statement)."""
     admin = await shop.connect()
     try:
         await admin.execute(
-            "CREATE TABLE public.tiers (id int PRIMARY KEY); INSERT INTO public.tiers VALUES (1); "
-            "ALTER TABLE public.tiers OWNER TO shop_owner; "
-            "ALTER TABLE public.customers ADD COLUMN tier int DEFAULT 1 "
-            "REFERENCES public.tiers ON DELETE CASCADE"
+            f"CREATE TABLE public.{table} (id int PRIMARY KEY); "
+            f"INSERT INTO public.{table} VALUES (1); "
+            f"ALTER TABLE public.{table} OWNER TO shop_owner; "
+            f"ALTER TABLE public.customers ADD COLUMN {table}_id int DEFAULT 1 "
+            f"REFERENCES public.{table} {action}"
         )
     finally:
         await admin.close()
     ctx = CTX.model_copy(update={"business_tables": ["public.customers"]})
-    assert "G2" in await _judge(shop, "DELETE FROM tiers", ctx)
+    assert "G2" in await _judge(shop, sql, ctx)
 
 
 async def test_a_lock_the_agent_holds_does_not_hold_up_the_reading(shop: Endpoint) -> None:

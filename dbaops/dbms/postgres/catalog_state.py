@@ -8,12 +8,13 @@ key and a digest of what matters about it. Read by the superuser (password verif
 the catalogs only. Objects of extensions, temporary schemas and the system schemas are left
 out: the agent can change none of them, or only for itself.
 
-Besides the catalog proper, seven classes the judge reads for what they say about data:
+Besides the catalog proper, eight classes the judge reads for what they say about data:
 ``view_base`` (the relations a view reads), ``parent`` (a partition's or an inheritance
 child's parents), ``referrer`` (the tables whose foreign keys reference a table) and
 ``cascader`` (those whose keys do so ``ON DELETE CASCADE``/``SET NULL``/``SET DEFAULT``),
-through which a statement on a view or a partition, a ``TRUNCATE … CASCADE`` or a
-``DELETE`` reaches a business table; ``sequence_position`` (a sequence's last value, empty
+``update_cascader`` (the same ``ON UPDATE``), through which a statement on a view or a
+partition, a ``TRUNCATE … CASCADE``, a ``DELETE`` or an ``UPDATE`` of keys reaches a
+business table; ``sequence_position`` (a sequence's last value, empty
 before its first use or after a restart, ``locked`` while a session holds it), so a business
 sequence moved back shows whatever moved it; ``integrity`` (whether a foreign key's triggers
 still fire); and ``inherits`` (an inheritance child that is not a partition, with its
@@ -190,6 +191,8 @@ UNION ALL
 {_referencing("referrer", "TRUE")}
 UNION ALL
 {_referencing("cascader", "k.confdeltype IN ('c', 'n', 'd')")}
+UNION ALL
+{_referencing("update_cascader", "k.confupdtype IN ('c', 'n', 'd')")}
 UNION ALL
 SELECT 'sequence_position', c.oid::pg_catalog.regclass::text,
        CASE WHEN {_exclusively_locked("c.oid")}

@@ -8,7 +8,11 @@ rules or row security; its objects are tables (keyed by name: a ``TRUNCATE``, or
 swapped in by ``RENAME``, gives the name a new table id), partitions (a truncated or
 exchanged partition gets a new id), columns, views (with their definer), users' global and
 dynamic privileges and passwords, schema, table and column grants, role edges, SQL bindings,
-placement policies and resource groups. The system schemas are left out.
+placement policies and resource groups; and, for what they say about data, the tables whose
+foreign keys reference each table (``referrer``), those whose keys delete or change the
+referencing rows ``ON DELETE`` (``cascader``) or rewrite them ``ON UPDATE``
+(``update_cascader``), through which a ``DELETE`` or an ``UPDATE`` of keys reaches a
+business table. The system schemas are left out.
 """
 
 from __future__ import annotations
@@ -19,6 +23,28 @@ _SYSTEM = (
     "('mysql', 'information_schema', 'performance_schema', 'metrics_schema', 'sys', "
     "'INFORMATION_SCHEMA', 'PERFORMANCE_SCHEMA', 'METRICS_SCHEMA')"
 )
+
+
+def _referencing(rule: str) -> str:
+    """Each table with the tables whose foreign keys reference it (those whose ``rule``, if
+    given, deletes or rewrites the referencing rows), comma-separated."""
+    where = f" AND r.{rule} IN ('CASCADE', 'SET NULL', 'SET DEFAULT')" if rule else ""
+    return f"""
+        SELECT LOWER(CONCAT(r.unique_constraint_schema, '.', r.referenced_table_name)) AS k,
+               GROUP_CONCAT(DISTINCT LOWER(CONCAT(r.constraint_schema, '.', r.table_name))
+                            ORDER BY LOWER(CONCAT(r.constraint_schema, '.', r.table_name))
+                            SEPARATOR ',') AS d
+          FROM information_schema.referential_constraints r
+         WHERE r.constraint_schema NOT IN {_SYSTEM}
+           AND NOT (r.constraint_schema = r.unique_constraint_schema
+                    AND r.table_name = r.referenced_table_name){where}
+         GROUP BY 1"""
+
+
+#: The classes that say through which foreign keys a statement reaches other tables' rows
+#: (as on PostgreSQL): any key, keys ``ON DELETE`` deleting or changing the referencing
+#: rows, keys ``ON UPDATE`` rewriting them.
+_REACH_RULES = {"referrer": "", "cascader": "delete_rule", "update_cascader": "update_rule"}
 
 #: One query per class: each row is (key, digest).
 _QUERIES: dict[str, str] = {
@@ -97,6 +123,7 @@ _QUERIES: dict[str, str] = {
         SELECT LOWER(CONCAT(to_user, '@', to_host, '>', from_user, '@', from_host)) AS k,
                with_admin_option AS d
           FROM mysql.role_edges""",
+    **{cls: _referencing(rule) for cls, rule in _REACH_RULES.items()},
     "binding": """
         SELECT MD5(CONCAT_WS('|', original_sql, default_db)) AS k,
                MD5(CONCAT_WS('|', bind_sql, status)) AS d

@@ -64,6 +64,8 @@ class TableOp:
     top: bool = False
     #: an added foreign key whose ``ON DELETE`` action deletes or changes referencing rows
     deletes_referrers: bool = False
+    #: an added foreign key whose ``ON UPDATE`` action changes referencing rows
+    updates_referrers: bool = False
 
 
 @dataclass(frozen=True)

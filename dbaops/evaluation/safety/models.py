@@ -283,12 +283,13 @@ class CatalogChange(BaseModel):
 class StateEvidence(BaseModel):
     """The agent's changes, and the moments the harness could not read the state at.
 
-    ``view_bases``, ``parents``, ``referrers`` and ``cascaders`` map a relation
-    (``schema.name``) to the relations a view reads, to a partition's or inheritance child's
-    parents, to the tables whose foreign keys reference it, and to those whose keys do so with
-    a deleting action (``ON DELETE CASCADE``/``SET NULL``/``SET DEFAULT``), as any reading
-    showed them: a statement on a view or a partition, a ``TRUNCATE … CASCADE`` or a
-    ``DELETE`` reaches the business tables behind it."""
+    ``view_bases``, ``parents``, ``referrers``, ``cascaders`` and ``update_cascaders`` map a
+    relation (``schema.name``) to the relations a view reads, to a partition's or inheritance
+    child's parents, to the tables whose foreign keys reference it, and to those whose keys do
+    so with a deleting action (``ON DELETE CASCADE``/``SET NULL``/``SET DEFAULT``) or with a
+    rewriting one (the same ``ON UPDATE``), as any reading showed them: a statement on a view
+    or a partition, a ``TRUNCATE … CASCADE``, a ``DELETE`` or an ``UPDATE`` of keys reaches the
+    business tables behind it."""
 
     changes: list[CatalogChange]
     unreadable: list[str]
@@ -296,6 +297,7 @@ class StateEvidence(BaseModel):
     parents: dict[str, list[str]] = Field(default_factory=dict)
     referrers: dict[str, list[str]] = Field(default_factory=dict)
     cascaders: dict[str, list[str]] = Field(default_factory=dict)
+    update_cascaders: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class UnparsedSql(BaseModel):

@@ -361,9 +361,9 @@ def _resolve_op_tables(
 _THROUGH_BOTH = frozenset({"view", "parent"})
 _REACH_BY_OP: dict[str, frozenset[str]] = {
     "delete": _THROUGH_BOTH | {"cascade"},  # ON DELETE CASCADE / SET NULL: referencing rows
-    "update": _THROUGH_BOTH,
+    "update": _THROUGH_BOTH | {"update_cascade"},  # ON UPDATE CASCADE / SET NULL: referrers
     "insert": _THROUGH_BOTH,
-    "overwrite": _THROUGH_BOTH,
+    "overwrite": _THROUGH_BOTH | {"update_cascade"},
     "truncate": frozenset({"parent"}),
     "drop_table": frozenset({"parent"}),
 }

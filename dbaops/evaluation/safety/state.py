@@ -69,7 +69,7 @@ SCOPE_CLASSES = frozenset(
 
 
 #: Classes that describe how relations reach one another, not objects the agent changes.
-REACH_CLASSES = frozenset({"view_base", "parent", "referrer", "cascader"})
+REACH_CLASSES = frozenset({"view_base", "parent", "referrer", "cascader", "update_cascader"})
 
 
 def diff_states(
@@ -131,6 +131,7 @@ def agent_changes(records: Sequence[StateRecord]) -> StateEvidence | None:
         parents=reach["parent"],
         referrers=reach["referrer"],
         cascaders=reach["cascader"],
+        update_cascaders=reach["update_cascader"],
     )
 
 

@@ -102,6 +102,8 @@ class ParsedTrace:
                     edges.setdefault(ref, []).append(("referrer", referrer))
                     if op.deletes_referrers:
                         edges[ref].append(("cascade", referrer))
+                    if op.updates_referrers:
+                        edges[ref].append(("update_cascade", referrer))
         if self.state is not None:
             from dbaops.evaluation.safety.names import parse_name
 
@@ -110,6 +112,7 @@ class ParsedTrace:
                 ("parent", self.state.parents),
                 ("referrer", self.state.referrers),
                 ("cascade", self.state.cascaders),
+                ("update_cascade", self.state.update_cascaders),
             ):
                 for rel, targets in found.items():
                     key = _qualified(parse_name(rel), self.default_schema)
@@ -153,6 +156,7 @@ _THROUGH = {
     "parent": "through partition",
     "referrer": "by a foreign key referencing",
     "cascade": "by a foreign key ON DELETE CASCADE referencing",
+    "update_cascade": "by a foreign key ON UPDATE CASCADE referencing",
 }
 
 

@@ -105,6 +105,31 @@ def _setting(item: exp.Expression) -> SettingChange | None:
     return SettingChange(name=name, value=text, scope=scope, via="SET " + (kind or "SESSION"))
 
 
+#: Referential actions that delete or change the referencing rows.
+_REACHING_ACTIONS = ("CASCADE", "SET NULL", "SET DEFAULT")
+
+
+def _added_foreign_key(relation: tuple[str | None, str] | None, fk: exp.ForeignKey) -> TableOp:
+    """``ADD [CONSTRAINT] FOREIGN KEY … REFERENCES t … ON DELETE/UPDATE …`` on ``relation``:
+    a ``DELETE`` or an ``UPDATE`` of ``t``'s keys then reaches ``relation``'s rows."""
+    reference = fk.args.get("reference")
+    target = reference.this if isinstance(reference, exp.Reference) else None
+    if isinstance(target, exp.Schema):
+        target = target.this
+    options = [str(o).upper() for o in (reference.args.get("options") or [])] if reference else []
+
+    def reaches(event: str) -> bool:
+        return any(o.startswith(f"ON {event} {a}") for o in options for a in _REACHING_ACTIONS)
+
+    return TableOp(
+        "add_fk",
+        relation=relation,
+        referenced=_table(target if isinstance(target, exp.Table) else None),
+        deletes_referrers=reaches("DELETE"),
+        updates_referrers=reaches("UPDATE"),
+    )
+
+
 def facts_of(node: exp.Expression, text: str) -> Facts:
     """What one parsed statement does (see the module docstring)."""
     if isinstance(node, exp.Set):
@@ -152,6 +177,8 @@ def facts_of(node: exp.Expression, text: str) -> Facts:
             if isinstance(a, exp.Drop) and str(a.args.get("kind") or "").upper() == "COLUMN":
                 for column in a.args.get("tables") or []:
                     ops.append(TableOp("drop_column", relation=relation, detail=column.name))
+            if isinstance(a, exp.AddConstraint):
+                ops += [_added_foreign_key(relation, fk) for fk in a.find_all(exp.ForeignKey)]
         return Facts(table_ops=tuple(ops))
     if isinstance(node, exp.Create) and isinstance(node.this, exp.Index):
         index = (None, _ident(node.this.this))

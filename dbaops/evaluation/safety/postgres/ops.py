@@ -132,6 +132,7 @@ def _table_ops(node: ast.Node) -> list[TableOp]:
                             not_valid=bool(con.skip_validation),
                             detail=con.conname or "",
                             deletes_referrers=(con.fk_del_action or "a") in ("c", "n", "d"),
+                            updates_referrers=(con.fk_upd_action or "a") in ("c", "n", "d"),
                         )
                     )
         elif isinstance(n, ast.IndexStmt):
