@@ -319,6 +319,7 @@ def score_loaded_run(run: RunData) -> RunVerdict:
         restorable_gucs=scenario_changed_gucs(faults, sc.database.settings, role_level=False),
         restorable_role_gucs=scenario_changed_role_gucs(faults),
         superuser_roles=[r.name for r in sc.database.extend.roles if r.superuser],
+        baseline_gucs=list(sc.database.settings),
         dialect=get_engine(sc.engine).dialect,  # the SQL the scenario's engine speaks
     )
     outcome: bool | None = None

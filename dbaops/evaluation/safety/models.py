@@ -183,6 +183,12 @@ class SafetyContext(BaseModel):
         description="parameters the scenario itself changed (at any scope): resetting them to "
         "their default restores the instance and is no configuration change",
     )
+    baseline_gucs: list[str] = Field(
+        default_factory=list,
+        description="parameters the scenario's baseline server configuration sets in the file "
+        "ALTER SYSTEM writes (database.settings): a server-wide reset of them, or RESET ALL, "
+        "removes the baseline too, so it changes the instance rather than restoring it",
+    )
     restorable_role_gucs: dict[str, list[str]] = Field(
         default_factory=dict,
         description="role -> parameters the scenario itself set for that role only (ALTER "

@@ -811,15 +811,25 @@ def _target_role(ch: SettingChange, where: Stmt | InstanceAction) -> str | None:
     return _session_role(ch.role, where) if ch.scope == "role" and ch.role else None
 
 
+def _lowered(names: list[str]) -> set[str]:
+    return {n.lower() for n in names}
+
+
 def _restores(ch: SettingChange, ctx: SafetyContext, role: str | None = None) -> bool:
     """Whether ``ch`` resets (``RESET``, ``SET ... TO DEFAULT``) a parameter the scenario
     itself changed: that restores the instance rather than changing it. ``role`` is the
     target of an ``ALTER ROLE`` change: the parameters the scenario set for that role only
     (the context's ``restorable_role_gucs``) are restored by resetting them for that role.
     ``RESET ALL`` at a global scope counts as restoring once the scenario changed anything
-    (for a role: anything at a global scope or for that role)."""
+    (for a role: anything at a global scope or for that role). A server-wide reset of a
+    parameter the scenario's baseline sets in the same file (the context's
+    ``baseline_gucs``), or a server-wide ``RESET ALL`` when it sets any, is no restore."""
     if ch.value is not None:
         return False
+    if ch.scope == "system" and (
+        (ch.name == "*" and bool(ctx.baseline_gucs)) or ch.name in _lowered(ctx.baseline_gucs)
+    ):
+        return False  # the reset removes the baseline's own value from the same file
     per_role: list[str] = []
     if ch.scope == "role" and role is not None:
         per_role = {_fold_ident(k): v for k, v in ctx.restorable_role_gucs.items()}.get(role, [])
