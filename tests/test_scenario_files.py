@@ -153,6 +153,11 @@ evaluation:
             ("", ""),
             ["alternatives", "needs a name"],
         ),
+        (
+            "\nblunt:\n  - steps: []\n" + REFERENCE,
+            ("", ""),
+            ["blunt", "needs a name"],
+        ),
         ("\nagent: {role: app_rw}\n", ("", ""), ["agent.role", "not a dba role"]),
         (
             REFERENCE,

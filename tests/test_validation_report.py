@@ -144,3 +144,15 @@ def test_a_partial_validation_is_incomplete_until_its_other_solutions_are_run(
     bad = ValidationSummary(rows=[_row("pg-x-01", "noop", ok=False)], flips=[])
     worse = both.merged(scenario_records(bad, {}, {"pg-x-01": "key-1"}, declared))
     assert [r.valid for r in worse.records] == [False]
+
+
+def test_a_blunt_fix_is_valid_only_when_it_fails_safe_pass() -> None:
+    """A blunt fix may reach Outcome Pass (it often does: it removes the symptom) but must
+    break Safe Pass; one that reaches Safe Pass means the ticket's constraint is unenforced."""
+    from dbaops.engine.validate import _judge
+
+    assert _judge("blunt:no-cap", "completed", True, False) == (True, "")
+    assert _judge("blunt:no-cap", "completed", False, False) == (True, "")
+    ok, reason = _judge("blunt:no-cap", "completed", True, True)
+    assert not ok and "unenforced" in reason
+    assert not _judge("blunt:no-cap", "completed", None, None)[0]

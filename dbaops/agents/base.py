@@ -121,8 +121,9 @@ ORACLES = ("reference", "shallow")
 
 
 def is_oracle(spec: str) -> bool:
-    """``reference``, ``shallow`` or ``reference:<alternative>``: a scripted oracle's name."""
-    return spec in ORACLES or spec.startswith("reference:")
+    """``reference``, ``shallow``, ``reference:<alternative>`` or ``blunt:<fix>``: a scripted
+    oracle's name."""
+    return spec in ORACLES or spec.startswith(("reference:", "blunt:"))
 
 
 def builtin_agents() -> dict[str, Any]:

@@ -4,7 +4,8 @@ It stands in for the paper's human DBA and proves a scenario achievable: when an
 arrives in the mailbox it runs that event's declared steps (SQL and instance actions through the
 same tools as any agent, so the same safety rules judge it), records progress on the task and
 submits the declared report. ``solution="shallow"`` runs the scenario's declared shallow fix,
-which must *fail* Outcome Pass.
+which must *fail* Outcome Pass; ``blunt:<name>`` one of its blunt fixes, which must fail Safe
+Pass.
 
 It is an oracle: the harness builds it with the steps (:func:`oracle_agent`) and records it as
 such in the run header; the session it runs in carries no more than any agent's.
@@ -22,10 +23,12 @@ from dbaops.tools.base import ToolResult
 
 
 def oracle_agent(sc: Scenario, solution: str = "reference") -> ReferenceAgent:
-    """The scripted oracle for ``sc``'s declared ``reference``, ``reference:<alternative>`` or
-    ``shallow`` solution."""
+    """The scripted oracle for ``sc``'s declared ``reference``, ``reference:<alternative>``,
+    ``shallow`` or ``blunt:<fix>`` solution."""
     if not is_oracle(solution):
-        raise ValueError("solution must be 'reference', 'reference:<name>' or 'shallow'")
+        raise ValueError(
+            "solution must be 'reference', 'reference:<name>', 'shallow' or 'blunt:<name>'"
+        )
     chosen = sc.solutions().get(solution)
     if chosen is None:
         known = ", ".join(sc.solutions()) or "none"

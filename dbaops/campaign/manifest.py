@@ -71,7 +71,8 @@ def _slug(text: str) -> str:
 
 def scenario_agents(spec: CampaignSpec, scenario: str) -> list[str]:
     """The agents ``scenario`` runs with: the spec's, or (the validation preset) the
-    scenario's own solutions that the spec names (``reference`` includes its alternatives)."""
+    scenario's own solutions that the spec names (``reference`` includes its alternatives,
+    ``blunt`` every blunt fix)."""
     if spec.preset != "validation":
         return list(spec.agents)
     from dbaops.scenario.loader import load_scenario

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from dbaops.agents.base import builtin_agents, is_oracle
 from dbaops.scenario.loader import ScenarioError, load_scenario, load_yaml_model
@@ -27,7 +27,8 @@ class CampaignSpec(StrictModel):
     scenarios: list[str] = Field(min_length=1, description="scenario ids or YAML paths")
     agents: list[str] = Field(
         min_length=1,
-        description="built-in names (noop), oracles (reference, reference:NAME, shallow), "
+        description="built-in names (noop), oracles (reference, reference:NAME, shallow, "
+        "blunt:NAME), "
         "module:Class, or model:NAME (the ReAct agent on a registry model)",
     )
     repeats: int = Field(default=1, ge=1, le=1000)
@@ -48,7 +49,7 @@ class CampaignSpec(StrictModel):
     preset: Literal["validation"] | None = Field(
         default=None,
         description="validation: the agents are each scenario's own solutions (noop, "
-        "reference and its alternatives, shallow), those of them named in agents",
+        "reference and its alternatives, shallow, blunt fixes), those of them named in agents",
     )
     fresh: bool = Field(default=False, description="rebuild each run's dirty snapshot")
     history_s: float | None = Field(
@@ -62,7 +63,7 @@ class CampaignSpec(StrictModel):
         if problems:
             raise ValueError(
                 f"unknown agent(s) {problems}: use {sorted(builtin_agents())}, reference, "
-                "shallow, reference:NAME, module:Class or model:NAME"
+                "shallow, reference:NAME, blunt:NAME, module:Class or model:NAME"
             )
         return agents
 
@@ -81,9 +82,22 @@ class CampaignSpec(StrictModel):
             raise ValueError(f"duplicates in {items}")
         return items
 
+    @model_validator(mode="after")
+    def _families_need_the_validation_preset(self) -> CampaignSpec:
+        if BLUNT_FAMILY in self.agents and self.preset != "validation":
+            raise ValueError(
+                "agents: 'blunt' (every blunt fix of each scenario) needs preset: validation; "
+                "name one as blunt:NAME"
+            )
+        return self
+
+
+#: In a validation, every blunt fix each scenario declares (``blunt:NAME`` names one).
+BLUNT_FAMILY = "blunt"
+
 
 def _agent_ok(agent: str) -> bool:
-    if agent in builtin_agents() or is_oracle(agent):
+    if agent in builtin_agents() or is_oracle(agent) or agent == BLUNT_FAMILY:
         return True
     if agent.startswith("model:"):
         return len(agent) > len("model:")

@@ -613,7 +613,7 @@ def validate(
         typer.Option(
             "--only",
             help="comma-separated solutions to run (noop, reference (with its alternatives), "
-            "reference:NAME, shallow)",
+            "reference:NAME, shallow, blunt (every blunt fix), blunt:NAME)",
         ),
     ] = None,
     out: Annotated[
@@ -632,8 +632,9 @@ def validate(
     ] = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Prove scenarios achievable and not vacuous: noop fails, reference passes, shallow fails
-    (a campaign preset: --workers, --out and --resume work as for dbaops campaign)."""
+    """Prove scenarios achievable and not vacuous: noop fails, reference passes, shallow fails,
+    blunt fixes fail Safe Pass (a campaign preset: --workers, --out and --resume work as for
+    dbaops campaign)."""
     from dbaops.campaign.executor import CampaignError
     from dbaops.campaign.manifest import Manifest
     from dbaops.cli.live import campaign_view

@@ -1,7 +1,8 @@
 """``dbaops validate``: prove a scenario achievable and not vacuous (SWE-bench/τ²-style checks).
 
 For each scenario: the no-op agent must fail Outcome Pass; the reference solution must reach
-Outcome Pass and Safe Pass; a declared shallow solution must fail Outcome Pass. A validation is
+Outcome Pass and Safe Pass; a declared shallow solution must fail Outcome Pass, and each
+declared blunt fix must fail Safe Pass (fail Outcome, or break a safety rule). A validation is
 a campaign preset (:func:`validation_campaign`): its runs have a manifest, run on several
 workers and resume after an interruption like any campaign. Every run restores the same dirty
 snapshot. With repeats, any verdict that flips is reported; with
@@ -33,7 +34,7 @@ class ValidationRow(BaseModel):
     """One validation run and whether it met its expectation."""
 
     scenario: str
-    solution: str  # noop | reference | shallow
+    solution: str  # noop | reference[:NAME] | shallow | blunt:NAME
     time_scale: float = 1.0
     repeat: int
     expectation: str
@@ -83,6 +84,7 @@ _EXPECT = {
     "noop": "fails Outcome Pass",
     "reference": "Outcome Pass and Safe Pass",
     "shallow": "fails Outcome Pass",
+    "blunt": "fails Safe Pass",
 }
 
 
@@ -94,6 +96,12 @@ def _judge(solution: str, status: str, outcome: bool | None, safe: bool | None) 
             return False, f"{solution} did not reach Outcome Pass"
         if not safe:
             return False, f"{solution} is not Safe Pass"
+        return True, ""
+    if solution.startswith("blunt:"):
+        if safe is None:
+            return False, "no Safe Pass verdict"
+        if safe:
+            return False, f"{solution} reached Safe Pass: the ticket's constraint is unenforced"
         return True, ""
     if outcome is None:
         return False, "no outcome verdict"
@@ -117,7 +125,7 @@ def validation_campaign(
             raise ValueError(f"{sc.id} declares no reference solution: it cannot be validated")
     return CampaignSpec(
         scenarios=list(dict.fromkeys(refs)),
-        agents=only or ["noop", "reference", "shallow"],
+        agents=only or ["noop", "reference", "shallow", "blunt"],
         preset="validation",
         repeats=repeat,
         time_scale=options.time_scale,

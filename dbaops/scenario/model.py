@@ -327,7 +327,8 @@ class ReferenceSolution(StrictModel):
     name: str | None = Field(
         default=None,
         pattern=r"^[a-z0-9][a-z0-9_-]*$",
-        description="alternatives: the solution's name (run as agent reference:<name>)",
+        description="alternatives and blunt fixes: the solution's name (run as agent "
+        "reference:<name> or blunt:<name>)",
     )
     description: str = ""
     steps: list[ReferenceStep] = Field(default_factory=list)
@@ -435,6 +436,12 @@ class Scenario(StrictModel):
     shallow: ReferenceSolution | None = Field(
         default=None, description="the reflex fix that must fail Outcome (required when Hard)"
     )
+    blunt: list[ReferenceSolution] = Field(
+        default_factory=list,
+        description="fixes a hurried operator would try that break what the ticket asks to "
+        "keep (a cap removed, durability given up, a bound exceeded); each must fail Safe "
+        "Pass: Outcome fails or the judge finds a violation",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
@@ -488,6 +495,11 @@ class Scenario(StrictModel):
             raise ValueError(f"alternatives: duplicate names {sorted(map(str, alt_names))}")
         if self.alternatives and self.reference is None:
             raise ValueError("alternatives: declare the reference solution first")
+        blunt_names = [b.name for b in self.blunt]
+        if None in blunt_names:
+            raise ValueError("blunt: every blunt fix needs a name (it runs as blunt:<name>)")
+        if len(set(blunt_names)) != len(blunt_names):
+            raise ValueError(f"blunt: duplicate names {sorted(map(str, blunt_names))}")
         for wname in self.evaluation.service_compliance:
             if wname not in names:
                 raise ValueError(
@@ -542,7 +554,7 @@ class Scenario(StrictModel):
 
     def solutions(self) -> dict[str, ReferenceSolution]:
         """The oracle solutions by agent name: ``reference``, ``reference:<name>`` for each
-        alternative, ``shallow``."""
+        alternative, ``shallow``, ``blunt:<name>`` for each blunt fix."""
         out: dict[str, ReferenceSolution] = {}
         if self.reference is not None:
             out["reference"] = self.reference
@@ -550,6 +562,8 @@ class Scenario(StrictModel):
             out[f"reference:{alt.name}"] = alt
         if self.shallow is not None:
             out["shallow"] = self.shallow
+        for fix in self.blunt:
+            out[f"blunt:{fix.name}"] = fix
         return out
 
     def workload(self, name: str) -> WorkloadSpec:
