@@ -78,6 +78,14 @@ def test_the_valid_base_file_loads(tmp_path: Path) -> None:
         (("type: oltp", "type: olpt"), ["workloads[0].type", "unknown 'olpt'", "oltp"]),
         (
             (
+                "events:",
+                "  - {name: reports, type: olap, jobs: [{template: daily_revenue, "
+                "at_s: [-5, -30], deadline_ms: 9000}]}\nevents:",
+            ),
+            ["workload 'reports'", "[-30.0]", "before the warm-up starts", "never run"],
+        ),
+        (
+            (
                 "  - id: task",
                 "  - id: task\n    fault: {kind: hold_transaction, role: nobody, "
                 "application_name: x}",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dbaops.engine.validate import ValidationRow, ValidationSummary, _difficulty_verdict
 from dbaops.engine.validation_report import (
     ValidationReport,
@@ -156,3 +158,21 @@ def test_a_blunt_fix_is_valid_only_when_it_fails_safe_pass() -> None:
     ok, reason = _judge("blunt:no-cap", "completed", True, True)
     assert not ok and "unenforced" in reason
     assert not _judge("blunt:no-cap", "completed", None, None)[0]
+
+
+def test_validate_prints_every_reason_whole_when_its_output_is_not_a_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """In a log or a pipe the rows are plain lines with the whole reason (a table there is
+    cut to 80 columns and hides it)."""
+    from dbaops.cli import _print_validation_rows
+
+    reason = "blunt:cap-removed reached Safe Pass: the ticket's constraint is unenforced " * 3
+    row = ValidationRow(
+        scenario="tb-rg-01", solution="blunt:cap-removed", repeat=1, expectation="fails Safe Pass",
+        status="completed", outcome_pass=True, safe_pass=True, ok=False, reason=reason,
+        run_dir=Path("-"),
+    )  # fmt: skip
+    _print_validation_rows(ValidationSummary(rows=[row], flips=[]))
+    out = capsys.readouterr().out
+    assert reason.strip() in out and "FAIL" in out and "blunt:cap-removed" in out

@@ -9,7 +9,7 @@ import sys
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import structlog
@@ -20,8 +20,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+if TYPE_CHECKING:
+    from dbaops.engine.validate import ValidationSummary
+
 #: Exit status of `dbaops persistent|bounded` by run status (scripts tell infra errors apart).
 EXIT_CODES = {"completed": 0, "failed": 1, "infra_error": 3, "not_manifested": 4}
+
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 console = Console()
@@ -688,24 +692,7 @@ def validate(
     except CampaignError as exc:
         _error(exc)
         raise typer.Exit(2) from None
-    table = Table(
-        "scenario", "solution", "scale", "#", "expected", "status", "outcome", "safe", "ok",
-        "reason",
-    )  # fmt: skip
-    for r in summary.rows:
-        table.add_row(
-            r.scenario,
-            r.solution,
-            f"{r.time_scale:g}",
-            str(r.repeat),
-            r.expectation,
-            r.status,
-            str(r.outcome_pass),
-            str(r.safe_pass),
-            "[green]ok[/green]" if r.ok else "[red]FAIL[/red]",
-            r.reason[:80],
-        )
-    console.print(table)
+    _print_validation_rows(summary)
     for flip in summary.flips:
         console.print(Text.assemble(("flip:", "red"), f" {flip}"))
     if markdown is not None:
@@ -723,6 +710,38 @@ def validate(
             console.print(f"wrote {path}")
     console.print("[green]valid[/green]" if summary.ok else "[red]NOT valid[/red]")
     raise typer.Exit(0 if summary.ok else 1)
+
+
+def _print_validation_rows(summary: ValidationSummary) -> None:
+    """Each validation run with its verdicts and the whole reason: a table on a terminal,
+    one plain line per run elsewhere (a log or a pipe, where a table is cut to 80 columns)."""
+    if not console.is_terminal:
+        for r in summary.rows:
+            line = (
+                f"{r.scenario} {r.solution} x{r.time_scale:g} #{r.repeat}: expected "
+                f"{r.expectation}; {r.status}, outcome {r.outcome_pass}, safe {r.safe_pass}: "
+                f"{'ok' if r.ok else 'FAIL'}{' - ' + r.reason if r.reason else ''}"
+            )
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        return
+    table = Table(
+        "scenario", "solution", "scale", "#", "expected", "status", "outcome", "safe", "ok",
+        "reason",
+    )  # fmt: skip
+    for r in summary.rows:
+        table.add_row(
+            r.scenario,
+            r.solution,
+            f"{r.time_scale:g}",
+            str(r.repeat),
+            r.expectation,
+            r.status,
+            str(r.outcome_pass),
+            str(r.safe_pass),
+            "[green]ok[/green]" if r.ok else "[red]FAIL[/red]",
+            Text(r.reason),
+        )
+    console.print(table)
 
 
 @app.command()

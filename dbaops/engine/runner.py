@@ -69,7 +69,7 @@ from dbaops.scenario.model import Event, Scenario
 from dbaops.tools.recording import ToolRecorder
 from dbaops.workloads.host import DriverPlan, DriverProcess, run_workloads
 from dbaops.workloads.lag import DEFAULT_BOUND_MS, ClientLagMonitor
-from dbaops.workloads.sink import SampleSink
+from dbaops.workloads.sink import RECENT_WINDOW_S, SampleSink
 from dbaops.workloads.spec import WorkloadLibrary
 
 log = structlog.get_logger(__name__)
@@ -373,7 +373,8 @@ def _plan(
     monitor.agent = agent
     monitor.scenario, monitor.run_dir, monitor.horizon_s = sc, rd.path, budget.time_s
     parts = ParquetParts(rd.samples_dir, rd.samples, SAMPLE_SCHEMA)
-    sink = SampleSink(parts)
+    # the in-memory window every workload check reads from: at least its longest over_s
+    sink = SampleSink(parts, recent_s=max(RECENT_WINDOW_S, sc.longest_workload_window_s() + 10))
     monitor.sink = sink
     return RunContext(
         sc=sc,
@@ -715,6 +716,7 @@ async def _timeline(
             seed=ctx.seed,
             horizon_s=drivers_horizon,
             expected=prepared.meta["expected_results"],
+            earliest_s=-sc.preparation.warmup_s,  # jobs at negative times run in the warm-up
         )
         tg.start_soon(run_workloads, plan, sink, process)
         monitor.phase = "warm-up"

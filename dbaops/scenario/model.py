@@ -17,7 +17,7 @@ from dbaops.evaluation.compliance import ServiceObjective
 from dbaops.evaluation.diagnosis_models import DiagnosisSpec
 from dbaops.evaluation.difficulty import DifficultySpec
 from dbaops.evaluation.safety import SafetyContract
-from dbaops.scenario.checks import CheckSpec
+from dbaops.scenario.checks import CheckSpec, WorkloadCheck
 from dbaops.scenario.faults import FaultSpec, Server
 from dbaops.workloads.spec import LibraryExtension, StrictModel
 
@@ -153,7 +153,9 @@ class OlapJob(StrictModel):
     at_s: list[float] = Field(default_factory=list)
     every_s: float | None = Field(default=None, gt=0)
     offset_s: float = Field(
-        default=0.0, ge=0, description="scenario time of a periodic job's first run"
+        default=0.0,
+        description="scenario time of a periodic job's first run (negative: in the warm-up, "
+        "no earlier than -preparation.warmup_s)",
     )
     deadline_ms: float | None = Field(default=None, gt=0)
     due_s: float | None = None
@@ -488,6 +490,7 @@ class Scenario(StrictModel):
                         f"evaluation.terminal {c.name!r}: over_s {over} is longer than the "
                         f"verification window ({self.evaluation.verification_s} s)"
                     )
+        self._jobs_start_in_the_run()
         alt_names = [a.name for a in self.alternatives]
         if None in alt_names:
             raise ValueError("alternatives: every alternative solution needs a name")
@@ -507,6 +510,23 @@ class Scenario(StrictModel):
                     f"(workloads: {', '.join(names) or 'none'})"
                 )
         return self
+
+    def _jobs_start_in_the_run(self) -> None:
+        """A job time before the warm-up's start would silently never run: refused."""
+        earliest = -self.preparation.warmup_s
+        for w in self.workloads:
+            if not isinstance(w, OlapWorkload):
+                continue
+            for j in w.jobs:
+                early = [t for t in j.at_s if t < earliest]
+                if j.every_s is not None and j.offset_s < earliest:
+                    early.append(j.offset_s)
+                if early:
+                    raise ValueError(
+                        f"workload {w.name!r} job {j.name or j.template!r}: times {early} are "
+                        f"before the warm-up starts (t = {earliest:g}, -preparation.warmup_s): "
+                        "the job would never run"
+                    )
 
     @property
     def time_budget_s(self) -> float:
@@ -565,6 +585,23 @@ class Scenario(StrictModel):
         for fix in self.blunt:
             out[f"blunt:{fix.name}"] = fix
         return out
+
+    def checks(self) -> list[CheckSpec]:
+        """Every check the scenario declares: preconditions, manifestation, alert conditions,
+        terminal and integrity checks."""
+        alerts = [e.alert.when for e in self.events if e.alert is not None and e.alert.when]
+        return [
+            *self.preparation.preconditions,
+            *self.preparation.manifestation,
+            *alerts,
+            *self.evaluation.terminal,
+            *self.evaluation.integrity,
+        ]
+
+    def longest_workload_window_s(self) -> float:
+        """The longest trailing window (``over_s``) a workload check of the scenario reads, in
+        scenario seconds (0 without workload checks): the run keeps at least that much."""
+        return max((c.over_s for c in self.checks() if isinstance(c, WorkloadCheck)), default=0.0)
 
     def workload(self, name: str) -> WorkloadSpec:
         for w in self.workloads:

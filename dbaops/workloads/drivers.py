@@ -543,6 +543,7 @@ class OlapDriver:
         horizon_s: float,
         expected: dict[str, str],
         start_s: float = 0.0,
+        earliest_s: float | None = None,
     ) -> None:
         self.spec = spec
         self.library = library
@@ -550,20 +551,23 @@ class OlapDriver:
         self.sink = sink
         self.horizon_s = horizon_s
         self.start_s = start_s
+        self.earliest_s = start_s if earliest_s is None else earliest_s
         self.expected = expected
         self.endpoint = endpoint
         self.slots = anyio.Semaphore(spec.connections)
 
     def schedule(self) -> list[tuple[float, OlapJob]]:
-        """All (scenario time, job) pairs in ``[start_s, horizon_s)``, in time order (a
-        periodic job runs at ``start_s + offset_s`` and every ``every_s`` after)."""
+        """All (scenario time, job) pairs in ``[earliest_s, horizon_s)``, in time order (a
+        periodic job runs at ``start_s + offset_s`` and every ``every_s`` after; the main
+        run's ``earliest_s`` is the warm-up's start, so jobs at negative times run in it)."""
         out: list[tuple[float, OlapJob]] = []
         for job in self.spec.jobs:
-            out.extend((t, job) for t in job.at_s if self.start_s <= t < self.horizon_s)
+            out.extend((t, job) for t in job.at_s if self.earliest_s <= t < self.horizon_s)
             if job.every_s:
                 t = self.start_s + job.offset_s
                 while t < self.horizon_s:
-                    out.append((t, job))
+                    if t >= self.earliest_s:
+                        out.append((t, job))
                     t += job.every_s
         return sorted(out, key=lambda x: x[0])
 
@@ -756,9 +760,11 @@ def scenario_drivers(
     horizon_s: float,
     expected: dict[str, str],
     start_s: float = 0.0,
+    earliest_s: float | None = None,
 ) -> list[Driver]:
     """A driver for each workload, on the server it names (``server: standby``: the replica);
-    scheduled jobs run in ``[start_s, horizon_s)``."""
+    scheduled jobs run in ``[earliest_s, horizon_s)`` (default ``earliest_s``: ``start_s``),
+    periodic ones counted from ``start_s``."""
     out: list[Driver] = []
     for w in workloads:
         endpoint = primary
@@ -769,7 +775,11 @@ def scenario_drivers(
         if isinstance(w, OltpWorkload):
             out.append(OltpDriver(w, library, params, endpoint, clock, sink, seed))
         elif isinstance(w, OlapWorkload):
-            out.append(OlapDriver(w, library, endpoint, clock, sink, horizon_s, expected, start_s))
+            out.append(
+                OlapDriver(
+                    w, library, endpoint, clock, sink, horizon_s, expected, start_s, earliest_s
+                )
+            )
         else:
             out.append(BackgroundDriver(w, library, params, endpoint, clock, sink, seed))
     return out

@@ -62,6 +62,7 @@ class DriverPlan(BaseModel):
     horizon_s: float
     expected: dict[str, str]
     start_s: float = 0.0
+    earliest_s: float | None = None
     time_scale: float
     origin_mono: float
     origin_wall: float
@@ -82,6 +83,7 @@ class DriverPlan(BaseModel):
             for driver in scenario_drivers(
                 self.workloads, self.library, self.params, self.primary, self.standby,
                 self.clock(), sink, self.seed, self.horizon_s, self.expected, self.start_s,
+                self.earliest_s,
             ):  # fmt: skip
                 tg.start_soon(driver.run)
 

@@ -47,6 +47,11 @@ class RowWatcher(Protocol):
     def observe(self, rows: Iterable[SampleRow]) -> None: ...
 
 
+#: Scenario seconds of finished samples kept in memory by default (a run keeps at least its
+#: longest workload check's window: ``Scenario.longest_workload_window_s``).
+RECENT_WINDOW_S = 120.0
+
+
 class SampleSink:
     """Buffer of sample rows; ``flush`` writes one Parquet part; keeps a recent window in memory.
 
@@ -55,7 +60,9 @@ class SampleSink:
     the clients committed (see :mod:`dbaops.workloads.ledger`).
     """
 
-    def __init__(self, parts: ParquetParts | None, recent_s: float | None = 120.0) -> None:
+    def __init__(
+        self, parts: ParquetParts | None, recent_s: float | None = RECENT_WINDOW_S
+    ) -> None:
         self._parts = parts
         self._pending: list[SampleRow] = []
         self._recent: deque[SampleRow] = deque()
