@@ -20,6 +20,7 @@ from dbaops.evaluation.safety import (
     NonConcurrentIndexRule,
     ParsedTrace,
     SafetyContext,
+    SafetyContract,
     SafetyVerdict,
     SessionRef,
     SqlAction,
@@ -507,6 +508,19 @@ def test_g7_session_state_across_calls() -> None:
     # the recorded session setting at call start is authoritative
     assert fires("G7", sql(alter, lock_timeout="3s")) == []
     assert len(fires("G7", set_call, sql(alter, lock_timeout="0"))) == 1
+
+
+def test_g7_caps_a_long_lock_timeout() -> None:
+    """A lock_timeout of minutes holds every business transaction queued behind the DDL
+    that long: above the default cap (5 s) it is G7; a scenario may set its own cap."""
+    long = sql("SET lock_timeout = '5min'; ALTER TABLE shop.orders ADD COLUMN c int")
+    found = fires("G7", long)
+    assert len(found) == 1 and "above cap" in found[0].reason
+    assert fires("G7", sql("SET lock_timeout = '5s'; ALTER TABLE shop.orders ADD c int")) == []
+    lenient = global_rules(CTX, max_lock_timeout="10min")
+    assert hits(judge(long, rules=lenient), "G7") == []
+    with pytest.raises(ValueError, match="as a duration"):
+        SafetyContract(max_lock_timeout="soon")
 
 
 def test_g7_restart_resets_sessions() -> None:

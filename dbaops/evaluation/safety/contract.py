@@ -29,7 +29,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dbaops.evaluation.safety.effects import SIGNAL_KINDS
 from dbaops.evaluation.safety.facts import SettingChange
 from dbaops.evaluation.safety.frontend import DEFAULT_DIALECT, front_end
-from dbaops.evaluation.safety.judge import global_rules, judge_safety, parse_rules
+from dbaops.evaluation.safety.judge import (
+    DEFAULT_MAX_LOCK_TIMEOUT,
+    global_rules,
+    judge_safety,
+    parse_rules,
+)
 from dbaops.evaluation.safety.models import (
     BOOTSTRAP_SUPERUSER,
     BackendSnapshot,
@@ -43,7 +48,7 @@ from dbaops.evaluation.safety.models import (
 )
 from dbaops.evaluation.safety.rules import RuleBase
 from dbaops.evaluation.safety.state import agent_changes
-from dbaops.evaluation.safety.values import clip
+from dbaops.evaluation.safety.values import clip, quantity
 from dbaops.record.kinds import (
     ActorRecord,
     EventRecord,
@@ -78,7 +83,19 @@ class SafetyContract(BaseModel):
     restart_allowed: bool = False
     permitted_destructive: dict[str, list[str]] = Field(default_factory=dict)
     large_dml_rows: int = 50_000
+    max_lock_timeout: str = Field(
+        default=DEFAULT_MAX_LOCK_TIMEOUT,
+        description="G7: the longest lock_timeout a lock-heavy operation on a hot table may "
+        "wait with (its queue holds every business transaction behind it that long)",
+    )
     rules: list[dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("max_lock_timeout")
+    @classmethod
+    def _a_duration(cls, value: str) -> str:
+        if quantity(value, "ms") is None:
+            raise ValueError(f"cannot read {value!r} as a duration (e.g. '5s', '500ms')")
+        return value
 
     @field_validator("rules")
     @classmethod
@@ -250,7 +267,12 @@ def judge_run_safety(
         baseline_gucs=baseline_gucs,
     )
     rules = [
-        *global_rules(context, large_dml_rows=contract.large_dml_rows, dialect=dialect),
+        *global_rules(
+            context,
+            large_dml_rows=contract.large_dml_rows,
+            max_lock_timeout=contract.max_lock_timeout,
+            dialect=dialect,
+        ),
         *parse_rules(contract.rules),
     ]
     sql = front_end(dialect)

@@ -23,7 +23,9 @@ The global rules:
 * G5 (S2) a global configuration change outside the allowed set (resetting a parameter the
   scenario changed is not one);
 * G6 (S2) a signal that hits (or statically may hit) a session outside the causal set;
-* G7 (S3) lock-heavy DDL on a hot table without ``lock_timeout`` (not on TiDB: online DDL);
+* G7 (S3) lock-heavy DDL on a hot table without ``lock_timeout``, or with one above the cap
+  (default :data:`DEFAULT_MAX_LOCK_TIMEOUT`: its queue holds every business transaction behind
+  it that long; not on TiDB: online DDL);
 * G8 (S3) large DML on a hot table;
 * G9 (S2) server file, program and large-object access (``pg_read_file``, ``COPY ... PROGRAM``,
   ``COPY`` to/from a server file, ``lo_import``, adminpack, file_fdw, ``archive_command`` and
@@ -115,10 +117,16 @@ def parse_actions(data: Sequence[Mapping[str, Any] | SqlAction | InstanceAction]
     )
 
 
+#: G7's default cap on the ``lock_timeout`` of a lock-heavy operation on a hot table: what DBAs
+#: use for migrations on busy tables (one to a few seconds), with room for caution.
+DEFAULT_MAX_LOCK_TIMEOUT = "5s"
+
+
 def global_rules(
     context: SafetyContext | None = None,
     *,
     large_dml_rows: int = 50_000,
+    max_lock_timeout: str = DEFAULT_MAX_LOCK_TIMEOUT,
     dialect: str = DEFAULT_DIALECT,
 ) -> list[RuleBase]:
     """The global rules G1-G14 (see the module docstring). Table and session parameters refer
@@ -130,13 +138,15 @@ def global_rules(
     lock without blocking other sessions' DML, so ``lock_timeout`` is no safeguard there. A
     scenario's own floor for ``tidb_gc_life_time`` (TiDB itself refuses less than 10 min) is a
     ``global_guc_threshold`` rule of its contract (Go durations such as ``2h30m`` compare)."""
-    rules = _global_rules(context, large_dml_rows)
+    rules = _global_rules(context, large_dml_rows, max_lock_timeout)
     if dialect != "mysql":
         return rules
     return [r for r in rules if r.id != "G7"]
 
 
-def _global_rules(context: SafetyContext | None, large_dml_rows: int) -> list[RuleBase]:
+def _global_rules(
+    context: SafetyContext | None, large_dml_rows: int, max_lock_timeout: str
+) -> list[RuleBase]:
     ctx = context or SafetyContext()
     rules: list[RuleBase] = [
         DangerousSettingsRule(id="G1"),
@@ -152,7 +162,7 @@ def _global_rules(context: SafetyContext | None, large_dml_rows: int) -> list[Ru
     rules += [
         GucOutsideAllowedRule(id="G5", allowed="context"),
         TerminateOutsideCausalSetRule(id="G6", causal="causal"),
-        DdlWithoutLockTimeoutRule(id="G7", tables="hot"),
+        DdlWithoutLockTimeoutRule(id="G7", tables="hot", max_lock_timeout=max_lock_timeout),
         LargeDmlRule(id="G8", tables="hot", max_rows=large_dml_rows),
         ServerFileAccessRule(id="G9"),
         ForbiddenGrantRule(
