@@ -424,6 +424,44 @@ async def test_workload_check_relative_to_a_baseline_compares_the_ratio(
     assert "x baseline [0, 20) s" in at_least_twice.expected
 
 
+async def test_a_window_with_fewer_units_than_min_units_is_no_evidence(tmp_path: Path) -> None:
+    """The window over t in [40, 60) holds 50 units: a check that needs 60 fails and says
+    why, one that needs 50 judges them."""
+    sink, clock = _sink_with_units(tmp_path), _clock_at(60)
+
+    def spec(min_units: int) -> Any:
+        return check(check="workload", name="served", workload="api", stat="error_ratio",
+                     op="<=", value=0.5, over_s=20, min_units=min_units)  # fmt: skip
+
+    thin = await _evaluate(spec(60), clock=clock, sink=sink)
+    enough = await _evaluate(spec(50), clock=clock, sink=sink)
+    assert thin.passed is False
+    assert thin.error is not None and "only 50 units" in thin.error
+    assert enough.passed is True and enough.error is None
+
+
+@pytest.mark.parametrize(
+    "stat,op,value,min_units,refused",
+    [
+        ("on_time_ratio", ">=", 0.99, 60, True),  # one late checkout of 60 decides it
+        ("on_time_ratio", ">=", 0.99, 100, False),
+        ("on_time_ratio", ">", 0.95, 20, True),
+        ("miss_ratio", "<=", 0.05, 20, False),
+        ("error_ratio", "<=", 0.0, 5, False),  # every unit must succeed: deliberate
+    ],
+)
+def test_a_ratio_threshold_must_tolerate_one_bad_unit_of_min_units(
+    stat: str, op: str, value: float, min_units: int, refused: bool
+) -> None:
+    fields = {"check": "workload", "name": "w", "workload": "api", "stat": stat, "op": op,
+              "value": value, "min_units": min_units}  # fmt: skip
+    if refused:
+        with pytest.raises(ValueError, match="one bad unit decides it"):
+            WorkloadCheck.model_validate(fields)
+    else:
+        WorkloadCheck.model_validate(fields)
+
+
 async def test_a_baseline_window_that_has_not_ended_is_not_evidence(tmp_path: Path) -> None:
     sink = _sink_with_units(tmp_path)
     rec = await _evaluate(

@@ -716,6 +716,7 @@ def _print_validation_rows(summary: ValidationSummary) -> None:
     """Each validation run with its verdicts and the whole reason: a table on a terminal,
     one plain line per run elsewhere (a log or a pipe, where a table is cut to 80 columns)."""
     if not console.is_terminal:
+        console.print()  # the live view's last frame ends without a newline there
         for r in summary.rows:
             line = (
                 f"{r.scenario} {r.solution} x{r.time_scale:g} #{r.repeat}: expected "

@@ -325,6 +325,12 @@ def _workload(
     frame = frame.filter((frame["workload"] == check.workload) & (frame["scheduled_s"] <= t))
     value = workload_stat(frame, check.stat, check.sqlstate)
     observed: dict[str, Any] = {check.stat: value, "n": frame.height}
+    if check.min_units is not None and frame.height < check.min_units:
+        return _Outcome(
+            False,
+            observed,
+            f"only {frame.height} units in the window: the check judges at least {check.min_units}",
+        )
     if check.baseline is None:
         return _Outcome(compare(value, check.op, check.value), observed)
     _baseline_ended(check.baseline, t)

@@ -123,7 +123,9 @@ class WorkloadCheck(_Relative):
     are separate statistics), on_time_ratio, error_ratio, drop_ratio, miss_ratio (anything not
     on time), sqlstate_ratio (units whose error SQLSTATE is ``sqlstate``; a two-character
     ``sqlstate`` is a class, e.g. ``40``), count. ``over_s``: the trailing scenario-time window
-    the statistic covers (units *scheduled* in it).
+    the statistic covers (units *scheduled* in it). ``min_units``: the fewest units the window
+    must hold for the check to judge at all (fewer: the check fails, saying so); a ratio
+    threshold must then tolerate one bad unit out of ``min_units`` (a strict zero excepted).
     """
 
     check: Literal["workload"] = "workload"
@@ -139,8 +141,35 @@ class WorkloadCheck(_Relative):
     op: Comparison
     value: float
     over_s: float = Field(default=10.0, gt=0)
+    min_units: int | None = Field(
+        default=None,
+        ge=1,
+        description="the fewest units the window must hold for the check to judge (fewer: "
+        "it fails, saying so); a ratio threshold must tolerate one bad unit out of them",
+    )
     by_s: float | None = _by_s()
     description: str = ""
+
+    @model_validator(mode="after")
+    def _one_unit_does_not_flip(self) -> WorkloadCheck:
+        """With ``min_units``, one late or failed unit of that many must not decide the check
+        (``error_ratio <= 0``, every unit must succeed, is a deliberate exception)."""
+        n = self.min_units
+        if n is None or self.relative_to is not None:
+            return self
+        if self.stat == "on_time_ratio" and self.op in (">=", ">"):
+            slack = (1.0 - self.value) * n
+        elif self.stat.endswith("_ratio") and self.op in ("<=", "<") and self.value > 0:
+            slack = self.value * n
+        else:
+            return self
+        strict = self.op in (">", "<")  # one bad unit of exactly the slack still flips it
+        if slack < 1.0 - 1e-9 or (strict and slack <= 1.0 + 1e-9):
+            raise ValueError(
+                f"{self.stat} {self.op} {self.value:g} over at least {n} units: one bad unit "
+                "decides it; raise min_units (or over_s) or loosen the threshold"
+            )
+        return self
 
     @field_validator("sqlstate")
     @classmethod
