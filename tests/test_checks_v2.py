@@ -199,6 +199,29 @@ async def test_plan_check_bounds_row_misestimates_with_analyze(orders_db: Orders
     assert bad.observed["failed"][0].startswith("max_row_misestimate: Seq Scan on orders")
 
 
+async def test_plan_check_bounds_estimated_rows_and_reads_the_scan_direction(
+    orders_db: OrdersDb,
+) -> None:
+    """The planner estimates 20,000 rows for the whole table and about 10 for one customer;
+    ``ORDER BY id DESC LIMIT 5`` reads the primary key backward."""
+
+    def spec(sql: str, **predicates: Any) -> Any:
+        return check(check="plan", name="p", sql=sql, relation="orders", **predicates)
+
+    whole = "SELECT * FROM public.orders"
+    one = "SELECT * FROM public.orders WHERE customer_id = 7"
+    newest = "SELECT * FROM public.orders ORDER BY id DESC LIMIT 5"
+    assert (await _evaluate(spec(whole, min_estimated_rows=10000), orders_db.endpoint)).passed
+    low = await _evaluate(spec(one, min_estimated_rows=10000), orders_db.endpoint)
+    assert low.passed is False and low.observed["failed"][0].startswith("min_estimated_rows")
+    assert (await _evaluate(spec(one, max_estimated_rows=100), orders_db.endpoint)).passed
+    assert (await _evaluate(spec(newest, scan_direction="Backward"), orders_db.endpoint)).passed
+    forward = await _evaluate(spec(newest, scan_direction="Forward"), orders_db.endpoint)
+    assert forward.passed is False and forward.observed["scan_directions"] == ["Backward"]
+    with pytest.raises(ValueError, match="need the relation"):
+        check(check="plan", name="p", sql=whole, min_estimated_rows=1)
+
+
 async def test_plan_check_with_analyze_rolls_back_what_the_statement_writes(
     orders_db: OrdersDb,
 ) -> None:

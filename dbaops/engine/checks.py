@@ -355,6 +355,7 @@ class PlanNode:
     plan_rows: float
     actual_rows: float | None
     loops: float | None
+    scan_direction: str | None = None
 
 
 def plan_nodes(plan: dict[str, Any]) -> list[PlanNode]:
@@ -375,6 +376,7 @@ def plan_nodes(plan: dict[str, Any]) -> list[PlanNode]:
                 plan_rows=float(node.get("Plan Rows", 0)),
                 actual_rows=_opt_float(node.get("Actual Rows")),
                 loops=_opt_float(node.get("Actual Loops")),
+                scan_direction=node.get("Scan Direction"),
             )
         )
         for child in node.get("Plans", []):
@@ -407,6 +409,12 @@ def _plan_expectations(check: PlanCheck) -> list[str]:
         out.append(f"lacks_index {check.lacks_index}")
     if check.max_row_misestimate is not None:
         out.append(f"row misestimate <= {check.max_row_misestimate:g}x{on}")
+    if check.min_estimated_rows is not None:
+        out.append(f"estimated rows >= {check.min_estimated_rows:g}{on}")
+    if check.max_estimated_rows is not None:
+        out.append(f"estimated rows <= {check.max_estimated_rows:g}{on}")
+    if check.scan_direction is not None:
+        out.append(f"an index scan{on} reads {check.scan_direction}")
     return out
 
 
@@ -461,8 +469,42 @@ def judge_plan(check: PlanCheck, nodes: list[PlanNode]) -> tuple[list[str], dict
                     f"max_row_misestimate: {worst.node_type}{on} estimated {worst.plan_rows:g} "
                     f"rows, got {worst.actual_rows:g} ({factor:.1f}x)"
                 )
+    failed += _estimate_failures(check, scope, on, summary)
+    if check.scan_direction is not None:
+        directions = sorted({n.scan_direction for n in scope if n.scan_direction})
+        summary["scan_directions"] = directions
+        if check.scan_direction not in directions:
+            failed.append(
+                f"scan_direction: no index scan{on} reads {check.scan_direction} "
+                f"(seen: {', '.join(directions) or 'none'})"
+            )
     summary["failed"] = failed
     return failed, summary
+
+
+def _estimate_failures(
+    check: PlanCheck, scope: list[PlanNode], on: str, summary: dict[str, Any]
+) -> list[str]:
+    """``min_estimated_rows`` / ``max_estimated_rows`` over the nodes on the relation."""
+    if check.min_estimated_rows is None and check.max_estimated_rows is None:
+        return []
+    if not scope:
+        return []  # "the plan has no node on …" says it already
+    low = min(scope, key=lambda n: n.plan_rows)
+    high = max(scope, key=lambda n: n.plan_rows)
+    summary["estimated_rows"] = {"min": low.plan_rows, "max": high.plan_rows}
+    failed = []
+    if check.min_estimated_rows is not None and low.plan_rows < check.min_estimated_rows:
+        failed.append(
+            f"min_estimated_rows: {low.node_type}{on} estimates {low.plan_rows:g} rows "
+            f"(< {check.min_estimated_rows:g})"
+        )
+    if check.max_estimated_rows is not None and high.plan_rows > check.max_estimated_rows:
+        failed.append(
+            f"max_estimated_rows: {high.node_type}{on} estimates {high.plan_rows:g} rows "
+            f"(> {check.max_estimated_rows:g})"
+        )
+    return failed
 
 
 async def _plan(check: PlanCheck, endpoint: RunEndpoint) -> _Outcome:

@@ -220,8 +220,12 @@ class PlanCheck(StrictModel):
     Bitmap Index Scan counts for its heap's table). ``has_index`` / ``lacks_index``: the plan
     uses one of / none of these index names. ``max_row_misestimate`` (needs ``analyze``): on
     every executed node (on ``relation`` when given), estimated and actual rows per loop are
-    within this factor of each other. ``analyze`` runs the query, in a transaction that is
-    rolled back. Every predicate given must hold.
+    within this factor of each other. ``min_estimated_rows`` / ``max_estimated_rows`` (need
+    ``relation``): every node on that table estimates at least / at most that many rows (a
+    planner that sees fresh statistics, or no longer overestimates). ``scan_direction``: some
+    index scan (on ``relation`` when given) reads its index in that direction (``Backward``:
+    an ``ORDER BY … DESC`` served by the index). ``analyze`` runs the query, in a transaction
+    that is rolled back. Every predicate given must hold.
     """
 
     check: Literal["plan"] = "plan"
@@ -243,6 +247,15 @@ class PlanCheck(StrictModel):
     lacks_index: list[str] = Field(default_factory=list, description="none of these is used")
     max_row_misestimate: float | None = Field(
         default=None, ge=1, description="bound on max(est/actual, actual/est) rows (ANALYZE)"
+    )
+    min_estimated_rows: float | None = Field(
+        default=None, ge=0, description="every node on relation estimates at least this many"
+    )
+    max_estimated_rows: float | None = Field(
+        default=None, ge=0, description="every node on relation estimates at most this many"
+    )
+    scan_direction: Literal["Forward", "Backward"] | None = Field(
+        default=None, description="some index scan reads its index in this direction"
     )
 
     by_s: float | None = _by_s()
@@ -270,11 +283,17 @@ class PlanCheck(StrictModel):
             or self.has_index
             or self.lacks_index
             or self.max_row_misestimate is not None
+            or self.min_estimated_rows is not None
+            or self.max_estimated_rows is not None
+            or self.scan_direction is not None
         ):
             raise ValueError(
-                "a plan check needs a predicate: has_node, lacks_node, has_index, lacks_index "
-                "or max_row_misestimate"
+                "a plan check needs a predicate: has_node, lacks_node, has_index, lacks_index, "
+                "max_row_misestimate, min_estimated_rows, max_estimated_rows or scan_direction"
             )
+        estimated = self.min_estimated_rows is not None or self.max_estimated_rows is not None
+        if estimated and self.relation is None:
+            raise ValueError("min_estimated_rows / max_estimated_rows need the relation")
         return self
 
 
