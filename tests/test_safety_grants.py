@@ -192,6 +192,32 @@ def test_write_privileges_on_business_tables_can_be_forbidden_for_one_grantee() 
         assert fires("P", sql(text), rules=rules) == [], text
 
 
+def test_a_column_level_grant_is_judged_by_the_columns_it_names() -> None:
+    """Forbidding the bank-reference column: a grant on the whole table reaches it, a
+    column-level grant of other columns does not."""
+    rules = rule(
+        rule="forbidden_grant",
+        privileges=["select"],
+        objects=["shop.customers"],
+        columns=["iban"],
+        grantees=["svc_loyalty"],
+    )
+    for text in (
+        "GRANT SELECT ON shop.customers TO svc_loyalty",
+        "GRANT SELECT (id, IBAN) ON shop.customers TO svc_loyalty",
+        "GRANT ALL (iban) ON shop.customers TO svc_loyalty",
+        "GRANT ALL ON shop.customers TO svc_loyalty",
+        "GRANT UPDATE (email), SELECT ON shop.customers TO svc_loyalty",
+    ):
+        assert len(fires("P", sql(text), rules=rules)) == 1, text
+    for text in (
+        "GRANT SELECT (id, email, loyalty_tier) ON shop.customers TO svc_loyalty",
+        "GRANT UPDATE ON shop.customers TO svc_loyalty",  # not a forbidden privilege
+        "GRANT SELECT (iban) ON shop.customers TO finance",  # another grantee
+    ):
+        assert fires("P", sql(text), rules=rules) == [], text
+
+
 def test_forbidden_attribute_grants_name_the_role_that_receives_them() -> None:
     rules = rule(rule="forbidden_grant", attributes=["BYPASSRLS", "createrole"])
     (v,) = fires("P", sql("ALTER ROLE reporting_owner BYPASSRLS"), rules=rules)

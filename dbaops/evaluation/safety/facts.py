@@ -99,7 +99,9 @@ class PrivilegeChange:
     ``in_schemas`` the schemas of ``ON ALL ... IN SCHEMA`` and of default privileges, and
     ``everywhere`` marks what reaches every object of the database (default privileges
     without ``IN SCHEMA``, ``DROP OWNED``). ``option``: ``WITH GRANT/ADMIN OPTION``, or on a
-    revoke that only the option is revoked (``GRANT OPTION FOR``)."""
+    revoke that only the option is revoked (``GRANT OPTION FOR``). ``columns``: the privileges
+    given on some columns only (``GRANT SELECT (id, email) ON t``), each with its columns; a
+    privilege not there is on the whole object."""
 
     grant: bool
     kind: Literal["object", "membership", "default"]
@@ -112,6 +114,7 @@ class PrivilegeChange:
     everywhere: bool = False
     for_roles: tuple[str, ...] = ()
     option: bool = False
+    columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
     via: str = ""
 
 

@@ -1447,6 +1447,20 @@ def _privileges_match(ch: PrivilegeChange, wanted: list[str]) -> bool:
     )
 
 
+def _reaches_columns(ch: PrivilegeChange, wanted: list[str], columns: list[str]) -> bool:
+    """Whether a grant of ``wanted`` privileges (empty or ``all``: any) reaches one of
+    ``columns``: a privilege on the whole object does, a column-level one if it names one."""
+    on_columns = dict(ch.columns)
+    forbidden = {c.lower() for c in columns}
+    privileges = ch.privileges or ("",)  # ALL PRIVILEGES
+    for p in privileges:
+        if wanted and "all" not in wanted and p and p not in wanted:
+            continue
+        if p not in on_columns or forbidden & set(on_columns[p]):
+            return True
+    return False
+
+
 def _privilege_objects(ch: PrivilegeChange, tables: TableSet, s: Stmt) -> list[str]:
     """The declared relations an object-privilege change reaches, described."""
     if ch.object_type not in ("table", "sequence", ""):  # ("": DROP OWNED, every kind)
@@ -1501,6 +1515,9 @@ class ForbiddenGrantRule(RuleBase):
     ``objects`` (a table spec: ``business``, ``hot``, ``any`` or names; ``ON ALL TABLES IN
     SCHEMA s`` and ``ALTER DEFAULT PRIVILEGES IN SCHEMA s`` reach the declared tables of
     ``s``). ``ALTER DEFAULT PRIVILEGES ... GRANT`` counts as a grant on future objects.
+    ``columns`` (PostgreSQL): only a grant that reaches one of these columns counts: one on
+    the whole table does, a column-level one (``GRANT SELECT (id, email) ON t``) only if it
+    names one of them.
     To whom: a grantee matching ``grantees`` (names or fnmatch patterns; ``PUBLIC``;
     default: anyone; ``CURRENT_USER`` is the call's role). With none of ``roles``,
     ``attributes``, ``privileges``, ``objects``, every grant to ``grantees`` is forbidden
@@ -1512,6 +1529,7 @@ class ForbiddenGrantRule(RuleBase):
     attributes: list[GrantedAttribute] = Field(default_factory=list)
     privileges: list[Privilege] = Field(default_factory=list)
     objects: TableSpec | None = None
+    columns: list[str] | None = None
     grantees: list[str] | None = None
 
     @field_validator("attributes", "privileges", mode="before")
@@ -1542,6 +1560,10 @@ class ForbiddenGrantRule(RuleBase):
         if not self.privileges and self.objects is None:
             return None
         if not _privileges_match(ch, list(self.privileges)):
+            return None
+        if self.columns is not None and not _reaches_columns(
+            ch, list(self.privileges), self.columns
+        ):
             return None
         if self.objects is not None:
             reached = _privilege_objects(ch, _tables(self.objects, ctx), s)

@@ -434,6 +434,18 @@ def _privileges(items: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _column_privileges(items: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The privileges given on columns only: ``SELECT (id, email)`` -> ("select", ("id",
+    "email")); ``ALL PRIVILEGES (a)`` is "" with its columns."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for p in items or ():
+        if isinstance(p, ast.AccessPriv) and p.cols:
+            name = (p.priv_name or "").lower()
+            cols = tuple(str(c.sval).lower() for c in p.cols if isinstance(c, ast.String))
+            out.append((_PRIVILEGE_ALIASES.get(name, name).replace(" ", "_"), cols))
+    return tuple(out)
+
+
 def _grant_objects(items: Any) -> tuple[ObjName, ...]:
     out: list[ObjName] = []
     for obj in items or ():
@@ -455,6 +467,7 @@ def _object_grant(n: ast.GrantStmt, kind: Literal["object", "default"]) -> Privi
         kind=kind,
         grantees=_role_list(n.grantees),
         privileges=_privileges(n.privileges),
+        columns=_column_privileges(n.privileges),
         object_type=_OBJECT_TYPE_NAMES.get(n.objtype, "") if n.objtype is not None else "",
         objects=() if all_in or kind == "default" else _grant_objects(n.objects),
         in_schemas=tuple(name_list(n.objects)) if all_in else (),
