@@ -147,6 +147,7 @@ async def test_sampler_records_load_locks_and_excludes_itself(
     assert stored.height == final.height  # final flush on cancellation
     assert stored.schema == pl.Schema(METRIC_SCHEMA)
     assert set(stored["metric"].unique()) <= set(REGISTRY)
+    assert "activity.parallel_workers" in set(stored["metric"].unique())  # a pool held or not
 
     # sampling cadence: bounded by the wall floor under time compression
     times = sorted(stored.filter(pl.col("metric") == "sampler.up")["t_s"].to_list())

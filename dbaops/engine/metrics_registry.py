@@ -78,6 +78,7 @@ _ACTIVITY = [
     ("oldest_idle_in_xact_s", "s", "Longest time a session has sat idle in transaction"),
     ("oldest_xmin_age_xids", "xids", "Largest age(backend_xmin): what holds back vacuum"),
     ("autovacuum_workers", "workers", "Autovacuum workers running"),
+    ("parallel_workers", "workers", "Parallel query workers running (all databases)"),
     ("prepared_xacts", "xacts", "Prepared (two-phase) transactions"),
     ("oldest_prepared_xact_age_s", "s", "Age of the oldest prepared transaction"),
 ]

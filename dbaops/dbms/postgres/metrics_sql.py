@@ -213,7 +213,8 @@ FROM (SELECT count(*) AS n,
                FILTER (WHERE state LIKE 'idle in transaction%') AS oldest_idle_xact
       FROM cli) c,
      (SELECT max(age(backend_xmin)) AS xmin_age,
-             count(*) FILTER (WHERE backend_type = 'autovacuum worker') AS av
+             count(*) FILTER (WHERE backend_type = 'autovacuum worker') AS av,
+             count(*) FILTER (WHERE backend_type = 'parallel worker') AS pw
       FROM act) a,
      (SELECT count(*) AS n, max(extract(epoch FROM now() - prepared)) AS oldest
       FROM pg_prepared_xacts) p
@@ -227,6 +228,7 @@ FROM (SELECT count(*) AS n,
                 ("activity.oldest_idle_in_xact_s", "coalesce(c.oldest_idle_xact, 0)"),
                 ("activity.oldest_xmin_age_xids", "coalesce(a.xmin_age, 0)"),
                 ("activity.autovacuum_workers", "a.av"),
+                ("activity.parallel_workers", "a.pw"),
                 ("activity.prepared_xacts", "p.n"),
                 ("activity.oldest_prepared_xact_age_s", "coalesce(p.oldest, 0)"),
             ]

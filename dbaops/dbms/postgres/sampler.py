@@ -25,7 +25,8 @@ Metrics (label key in braces; ``*`` = counter, ``+`` = delta, others gauges)
     activity.*           cluster-wide client backends, the sampler excluded: count{state}
                          waiting{wait_event_type} connections max_connections oldest_xact_age_s
                          oldest_query_age_s oldest_idle_in_xact_s oldest_xmin_age_xids
-                         autovacuum_workers prepared_xacts oldest_prepared_xact_age_s
+                         autovacuum_workers parallel_workers prepared_xacts
+                         oldest_prepared_xact_age_s
     locks.*              cluster-wide: granted{mode} waiting{mode} waiting_by_type{locktype}
                          waiting_relation{table} oldest_wait_s
     table.*{table}       top-N user tables of the sampled database by live+dead rows, then
