@@ -33,6 +33,8 @@ from dbaops.engine.fixture import build_fixture, build_tidb_fixture
 from dbaops.engine.history import record_history
 from dbaops.record.kinds import PhaseRecord
 from dbaops.record.trace import RecordSink
+from dbaops.scenario.consistency import construction_sql
+from dbaops.scenario.faults import SqlFault
 from dbaops.scenario.loader import preparation_key
 from dbaops.scenario.model import History, OlapWorkload, ReplicaSpec, Scenario
 from dbaops.workloads.drivers import result_hash
@@ -132,6 +134,8 @@ async def _build_state(
     before = await _statement_marks(endpoint)
     for i, op in enumerate(sc.preparation.construction):
         t1 = time.monotonic()
+        if isinstance(op, SqlFault):  # {param}, {seed}, {date} as in the fixture's SQL
+            op = op.model_copy(update={"sql": construction_sql(sc, lib, op.sql)})
         await run_fault(op, ctx)
         trace.write(
             PhaseRecord(

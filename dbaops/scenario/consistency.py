@@ -153,17 +153,32 @@ def _sql_of(model: BaseModel) -> Iterator[tuple[str, str]]:
                     yield f"{name}[{i}]", item
 
 
+def construction_sql(sc: Scenario, lib: WorkloadLibrary, sql: str) -> str:
+    """Construction SQL as it runs: ``{param}``, ``{seed}`` and ``{date}`` substituted as in
+    the fixture's SQL, so a construction scales with ``database.params``."""
+    return lib.render(sql, sc.database.params, sc.database.seed, sc.database.date.isoformat())
+
+
+def _as_run(
+    sc: Scenario, lib: WorkloadLibrary, parts: list[tuple[str, BaseModel]]
+) -> Iterator[tuple[str, str, str]]:
+    """(where, field, SQL as it runs) of every SQL field of ``parts``."""
+    for where, model in parts:
+        built = where.startswith("preparation.construction")
+        for field, sql in _sql_of(model):
+            yield where, field, construction_sql(sc, lib, sql) if built else sql
+
+
 def _sql_problems(
     sc: Scenario, lib: WorkloadLibrary, parts: list[tuple[str, BaseModel]]
 ) -> list[str]:
     problems = [
         f"{where}.{field}: {problem}"
-        for where, model in parts
-        for field, sql in _sql_of(model)
+        for where, field, sql in _as_run(sc, lib, parts)
         if (problem := sql_problem(sql, sc.engine)) is not None
     ]
     if sc.engine == "postgres":
-        problems.extend(_search_path_problems(sc, parts))
+        problems.extend(_search_path_problems(sc, lib, parts))
     params = {**lib.params, **sc.database.params}
     date = sc.database.date.isoformat()
     for field in ("schema_sql", "data_sql", "post_sql"):
@@ -181,7 +196,9 @@ def _sql_problems(
     return problems
 
 
-def _search_path_problems(sc: Scenario, parts: list[tuple[str, BaseModel]]) -> list[str]:
+def _search_path_problems(
+    sc: Scenario, lib: WorkloadLibrary, parts: list[tuple[str, BaseModel]]
+) -> list[str]:
     """Harness SQL (preparation, events, evaluation: the checks and faults the harness runs
     with ``search_path = pg_catalog, pg_temp``) that would resolve a business object through
     the search path, or call code outside ``pg_catalog`` that the scenario did not make as the
@@ -192,13 +209,12 @@ def _search_path_problems(sc: Scenario, parts: list[tuple[str, BaseModel]]) -> l
         for construction in sc.preparation.construction
         if getattr(construction, "role", None) == "postgres"
         for _, sql in _sql_of(construction)
-        for name in created_routines(sql)
+        for name in created_routines(construction_sql(sc, lib, sql))
     )
     return [
         f"{where}.{field}: {problem.message()}"
-        for where, model in parts
+        for where, field, sql in _as_run(sc, lib, parts)
         if not where.startswith("workloads")
-        for field, sql in _sql_of(model)
         for problem in search_path_problems(sql, own)
     ]
 
