@@ -162,3 +162,17 @@ def test_the_same_campaign_runs_as_ray_tasks_on_a_local_ray_instance(tmp_path: P
     assert all((p / "verdict.json").exists() for p in run_dirs)
     report = build_report(out / "runs", tmp_path / "report")
     assert report.n_runs == 4 and report.n_valid == 4
+
+
+def test_a_validation_runs_as_ray_tasks_and_is_judged_like_a_local_one(tmp_path: Path) -> None:
+    """``dbaops validate --executor ray``: the validation's campaign on a local Ray instance,
+    its runs judged against their expectations as a local validation's are."""
+    from dbaops.campaign.ray_executor import run_on_ray
+    from dbaops.engine.runner import RunOptions
+    from dbaops.engine.validate import summarize_validation, validation_plan
+
+    scenario = str(SCENARIOS / "t-replica.yaml")
+    options = RunOptions(time_scale=0.25, runs_dir=tmp_path)
+    spec, out = validation_plan([scenario], options, only=["reference"], out=tmp_path / "v")
+    summary = summarize_validation(spec, out, run_on_ray(spec, out, workers=1))
+    assert [(r.solution, r.ok) for r in summary.rows] == [("reference", True)], summary.rows

@@ -409,3 +409,50 @@ def test_short_queryid_matches_postgres_to_hex() -> None:
     assert short_queryid(-1) == "ffffffff"
     assert short_queryid(255) == "ff"
     assert short_queryid(0x1234567890ABCDEF) == "12345678"
+
+
+@pytest.mark.anyio
+async def test_sampler_times_business_sessions_waiting_on_the_agents_locks(
+    pg_cluster: PostgresCluster, fresh_db: str, tmp_path: Path
+) -> None:
+    """A session of the agent's role holds a lock; another role's session waits on it: the
+    wait grows in ``locks.blocked_by_agent_s`` (0 while nobody waits on the agent)."""
+    from dbaops.dbms.postgres.passwords import give_passwords
+
+    db, agent = fresh_db, f"agent_{uuid.uuid4().hex[:6]}"
+    setup = await pg_cluster.connect(database=db)
+    await setup.execute(
+        f"CREATE ROLE {agent} LOGIN; CREATE TABLE hot (id int); GRANT ALL ON hot TO {agent}"
+    )
+    await give_passwords(setup, pg_cluster.secret, [agent])
+    holder = await pg_cluster.connect(user=agent, database=db)
+    waiter = await pg_cluster.connect(database=db, application_name="checkout-service")
+    run_dir = RunDir(tmp_path)
+    sink = ParquetParts(run_dir.metrics_dir, run_dir.path / "metrics.parquet", METRIC_SCHEMA)
+    sampler = MetricSampler(
+        lambda: pg_cluster.connect(database=db), ScenarioClock(time_scale=0.1), sink,
+        database=db, interval_s=1.0, min_wall_interval_s=0.1, agent_role=agent,
+    )  # fmt: skip
+
+    def waits(df: pl.DataFrame) -> list[float]:
+        return _values(df, "locks.blocked_by_agent_s")
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sampler.run)
+            quiet = await _poll(sampler, lambda df: len(waits(df)) >= 2)
+            await holder.execute("BEGIN; LOCK TABLE hot IN ACCESS EXCLUSIVE MODE")
+            tg.start_soon(waiter.execute, "SELECT count(*) FROM hot")
+            blocked = await _poll(sampler, lambda df: max(waits(df), default=0) > 0.3)
+            await holder.execute("ROLLBACK")
+            tg.cancel_scope.cancel()
+        assert max(waits(quiet)) == 0
+        assert max(waits(blocked)) > 0.3
+    finally:
+        for conn in (holder, waiter):
+            await conn.close()
+        await setup.execute("DROP TABLE hot")  # its grant to the role goes with it
+        await setup.close()
+        admin = await pg_cluster.connect()
+        await admin.execute(f"DROP ROLE {agent}")
+        await admin.close()

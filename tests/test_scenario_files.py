@@ -166,6 +166,12 @@ evaluation:
             ("", ""),
             ["blunt", "needs a name"],
         ),
+        (
+            "\nblunt:\n  - name: rash\n    steps:\n"
+            "      - {tool: execute_sql, args: {sql: SELEC}}\n" + REFERENCE,
+            ("", ""),
+            ["blunt[rash].steps[0].args.sql", "does not parse"],
+        ),
         ("\nagent: {role: app_rw}\n", ("", ""), ["agent.role", "not a dba role"]),
         (
             REFERENCE,

@@ -634,6 +634,14 @@ def validate(
     resume: Annotated[
         bool, typer.Option("--resume", help="continue the validation in --out")
     ] = False,
+    executor: Annotated[
+        str,
+        typer.Option("--executor", help="local (this machine) or ray (tasks on a Ray cluster)"),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="a Ray cluster's address (default: start one here)"),
+    ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Prove scenarios achievable and not vacuous: noop fails, reference passes, shallow fails,
@@ -643,9 +651,13 @@ def validate(
     from dbaops.campaign.manifest import Manifest
     from dbaops.cli.live import campaign_view
     from dbaops.engine.runner import RunOptions
+    from dbaops.engine.validate import summarize_validation, validation_plan
     from dbaops.engine.validate import validate as run_validation
     from dbaops.scenario.loader import ScenarioError, definition_key, load_scenario, timelines_dir
 
+    if executor not in ("local", "ray"):
+        _error(f"--executor must be local or ray, not {executor!r}")
+        raise typer.Exit(2)
     _configure_logging(verbose)
     if all_scenarios:
         scenarios = [*(scenarios or []), *(p.stem for p in sorted(timelines_dir().glob("*.yaml")))]
@@ -683,12 +695,24 @@ def validate(
             def show(manifest: Manifest) -> None:
                 live.update(campaign_view(manifest, started), refresh=True)
 
-            summary = anyio.run(
-                functools.partial(
-                    run_validation, scenarios, options, repeat, scale_list, only_list,
-                    out=out, workers=workers, resume=resume, on_change=show,
+            if executor == "ray":
+                from dbaops.campaign.ray_executor import run_on_ray
+
+                spec, out = validation_plan(
+                    scenarios, options, repeat, scale_list, only_list, out=out
                 )
-            )  # fmt: skip
+                manifest = run_on_ray(
+                    spec, out, workers=workers, resume=resume, address=ray_address,
+                    on_change=show,
+                )  # fmt: skip
+                summary = summarize_validation(spec, out, manifest)
+            else:
+                summary = anyio.run(
+                    functools.partial(
+                        run_validation, scenarios, options, repeat, scale_list, only_list,
+                        out=out, workers=workers, resume=resume, on_change=show,
+                    )
+                )  # fmt: skip
     except CampaignError as exc:
         _error(exc)
         raise typer.Exit(2) from None

@@ -184,9 +184,16 @@ class DatabaseEngine(ABC):
 
     @abstractmethod
     def metric_sampler(
-        self, server: DatabaseServer, database: str, clock: ScenarioClock, parts: ParquetParts
+        self,
+        server: DatabaseServer,
+        database: str,
+        clock: ScenarioClock,
+        parts: ParquetParts,
+        agent_role: str | None = None,
     ) -> MetricSource:
-        """The harness's metric sampler of ``database`` (hidden from the agent)."""
+        """The harness's metric sampler of ``database`` (hidden from the agent); with
+        ``agent_role``, where the engine can tell, how long business sessions wait on the
+        agent's locks."""
 
     @abstractmethod
     def log_line_stamp(self, line: str) -> tuple[float, int] | None:

@@ -161,6 +161,13 @@ REGISTRY: dict[str, MetricSpec] = {
         MetricSpec("locks.granted", "gauge", "locks", "Granted locks by mode", "mode"),
         MetricSpec("locks.waiting", "gauge", "locks", "Lock requests waiting, by mode", "mode"),
         MetricSpec(
+            "locks.blocked_by_agent_s",
+            "gauge",
+            "s",
+            "Longest wait of a business session on a lock the agent's sessions hold or queue "
+            "ahead for",
+        ),
+        MetricSpec(
             "locks.waiting_by_type",
             "gauge",
             "locks",

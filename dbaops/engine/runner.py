@@ -538,7 +538,9 @@ def _equip(ctx: RunContext, prepared: Prepared) -> Equipment:
     sampler: MetricSource | None = None
     if ctx.options.metrics:
         ctx.metric_parts = ParquetParts(rd.metrics_dir, rd.metrics, METRIC_SCHEMA)
-        sampler = ctx.engine.metric_sampler(backend, ctx.lib.database, clock, ctx.metric_parts)
+        sampler = ctx.engine.metric_sampler(
+            backend, ctx.lib.database, clock, ctx.metric_parts, agent_role=sc.agent.role
+        )
     store = backend.snapshots
     if prepared.meta.get("history") and store is not None:
         past_metrics, past_samples = load_history(

@@ -151,13 +151,33 @@ async def validate(
     """Validate ``refs`` at each of ``scales`` as a campaign in ``out`` (default: a new
     directory under ``options.runs_dir``); ``only`` restricts the solutions run (to run long
     validations side by side, each in its own ``DBAOPS_HOME``)."""
+    spec, out = validation_plan(refs, options, repeat, scales, only, out=out)
+    manifest = await run_campaign(spec, out, workers=workers, resume=resume, on_change=on_change)
+    return summarize_validation(spec, out, manifest)
+
+
+def validation_plan(
+    refs: list[str],
+    options: RunOptions,
+    repeat: int = 1,
+    scales: list[float] | None = None,
+    only: list[str] | None = None,
+    *,
+    out: Path | None = None,
+) -> tuple[CampaignSpec, Path]:
+    """The validation's campaign and its directory (default: a new one under
+    ``options.runs_dir/validations``), for any executor."""
     if scales:
         options = options.model_copy(update={"time_scale": scales[0]})
     spec = validation_campaign(refs, options, repeat, scales, only)
     if out is None:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         out = options.runs_dir / "validations" / f"{stamp}-{secrets.token_hex(2)}"
-    manifest = await run_campaign(spec, out, workers=workers, resume=resume, on_change=on_change)
+    return spec, out
+
+
+def summarize_validation(spec: CampaignSpec, out: Path, manifest: Manifest) -> ValidationSummary:
+    """Each run of a finished validation campaign judged against its expectation."""
     scenarios = {ref: load_scenario(ref)[0] for ref in spec.scenarios}
     rows = [_row(spec, scenarios[run.scenario], out, run) for run in manifest.runs]
     return ValidationSummary(rows=rows, flips=_flips(rows))

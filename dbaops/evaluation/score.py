@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 from pydantic import BaseModel, Field
 
 from dbaops.dbms.registry import get_engine
@@ -38,6 +39,7 @@ from dbaops.record.kinds import (
 )
 from dbaops.record.layout import JUDGMENTS_FILE, RunDir
 from dbaops.record.load import RunData, load_run
+from dbaops.record.tables import read_metrics
 from dbaops.scenario.checks import CheckSpec, ReportCheck
 from dbaops.scenario.model import Scenario
 
@@ -256,6 +258,19 @@ def _diagnosis(
     return verdict
 
 
+def _agent_blocking(run_dir: Path) -> list[tuple[float, float]]:
+    """The metric sampler's record of how long business sessions waited on the agent's locks
+    (``locks.blocked_by_agent_s``; none when the run recorded no metrics)."""
+    try:
+        frame = read_metrics(run_dir)
+    except (OSError, ValueError):
+        return []
+    if frame.is_empty():
+        return []
+    rows = frame.filter(pl.col("metric") == "locks.blocked_by_agent_s").sort("t_s")
+    return list(zip(rows["t_s"].to_list(), rows["value"].to_list(), strict=True))
+
+
 def score_run(run_dir: Path) -> RunVerdict:
     """Compute every verdict of a run from its directory."""
     return score_loaded_run(load_run(Path(run_dir)))
@@ -321,6 +336,7 @@ def score_loaded_run(run: RunData) -> RunVerdict:
         superuser_roles=[r.name for r in sc.database.extend.roles if r.superuser],
         baseline_gucs=list(sc.database.settings),
         dialect=get_engine(sc.engine).dialect,  # the SQL the scenario's engine speaks
+        blocking=_agent_blocking(run_dir),
     )
     outcome: bool | None = None
     if complete and manifested:

@@ -138,8 +138,12 @@ def scenario_parts(sc: Scenario) -> list[tuple[str, BaseModel]]:
 
 
 def _solution_label(name: str) -> str:
-    """``reference``, ``shallow`` or ``alternatives[<name>]``: where a solution stands."""
-    return f"alternatives[{name.split(':', 1)[1]}]" if ":" in name else name
+    """``reference``, ``shallow``, ``alternatives[<name>]`` or ``blunt[<name>]``: where a
+    solution stands in the file."""
+    if ":" not in name:
+        return name
+    kind, own = name.split(":", 1)
+    return f"{'blunt' if kind == 'blunt' else 'alternatives'}[{own}]"
 
 
 def _sql_of(model: BaseModel) -> Iterator[tuple[str, str]]:

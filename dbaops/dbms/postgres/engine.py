@@ -92,9 +92,15 @@ class PostgresEngine(DatabaseEngine):
         return await embedded_backend(request.name, request.bindir, request.snapshot_group)
 
     def metric_sampler(
-        self, server: DatabaseServer, database: str, clock: ScenarioClock, parts: ParquetParts
+        self,
+        server: DatabaseServer,
+        database: str,
+        clock: ScenarioClock,
+        parts: ParquetParts,
+        agent_role: str | None = None,
     ) -> MetricSampler:
-        return harness_sampler(postgres_server(server).for_database(database), clock, parts)
+        endpoint = postgres_server(server).for_database(database)
+        return harness_sampler(endpoint, clock, parts, agent_role=agent_role)
 
     def log_line_stamp(self, line: str) -> tuple[float, int] | None:
         return log_line_stamp(line)

@@ -135,7 +135,7 @@ me AS (
 ),
 act AS MATERIALIZED (
   SELECT a.pid, a.backend_type, a.application_name, a.state, a.wait_event_type,
-         a.xact_start, a.query_start, a.state_change, a.backend_xmin
+         a.xact_start, a.query_start, a.state_change, a.backend_xmin, a.usename
   FROM pg_stat_activity a WHERE a.pid <> pg_backend_pid()
 ),
 cli AS MATERIALIZED (
@@ -461,12 +461,28 @@ SELECT '_pgss', (
 ), NULL::float8"""
 
 
-def build_sample_sql(caps: Capabilities, top_n: int) -> str:
-    """The per-sample statement; takes ``$1 bigint[]`` (own query ids) iff ``caps.pgss``."""
+def _agent_blocking_part(agent_role: str) -> str:
+    """How long the longest-waiting business session has waited on a lock that a session of
+    ``agent_role`` holds or is queued ahead for (``pg_blocking_pids``: a DDL waiting behind a
+    report blocks every checkout queued behind it); 0 when none."""
+    role = quote_literal(agent_role)
+    return f"""
+SELECT 'locks.blocked_by_agent_s', '',
+       coalesce(max(extract(epoch FROM now() - coalesce(l.waitstart, w.query_start))), 0)::float8
+FROM pg_locks l JOIN cli w ON w.pid = l.pid
+WHERE NOT l.granted AND w.usename IS DISTINCT FROM {role}
+  AND EXISTS (SELECT 1 FROM cli b
+              WHERE b.pid = ANY (pg_blocking_pids(l.pid)) AND b.usename = {role})"""
+
+
+def build_sample_sql(caps: Capabilities, top_n: int, agent_role: str | None = None) -> str:
+    """The per-sample statement; takes ``$1 bigint[]`` (own query ids) iff ``caps.pgss``.
+    With ``agent_role``, also how long business sessions wait on that role's sessions."""
     parts = [
         _db_part(caps),
         _activity_part(),
         _locks_part(caps),
+        *([_agent_blocking_part(agent_role)] if agent_role else []),
         _tables_part(caps),
         _wal_checkpoint_part(caps),
         _replication_part(),

@@ -28,7 +28,8 @@ Metrics (label key in braces; ``*`` = counter, ``+`` = delta, others gauges)
                          autovacuum_workers parallel_workers prepared_xacts
                          oldest_prepared_xact_age_s
     locks.*              cluster-wide: granted{mode} waiting{mode} waiting_by_type{locktype}
-                         waiting_relation{table} oldest_wait_s
+                         waiting_relation{table} oldest_wait_s, blocked_by_agent_s (with the
+                         agent's role: the longest wait of a session on the agent's locks)
     table.*{table}       top-N user tables of the sampled database by live+dead rows, then
                          scans: size_bytes n_live_tup n_dead_tup n_mod_since_analyze
                          n_ins_since_vacuum last_{vacuum,autovacuum,analyze,autoanalyze}_age_s,
@@ -152,14 +153,26 @@ def _is_connection_error(exc: BaseException) -> bool:
 
 
 def harness_sampler(
-    endpoint: Endpoint, clock: ScenarioClock, parts: ParquetParts, interval_s: float = 1.0
+    endpoint: Endpoint,
+    clock: ScenarioClock,
+    parts: ParquetParts,
+    interval_s: float = 1.0,
+    agent_role: str | None = None,
 ) -> MetricSampler:
-    """A sampler of ``endpoint``'s database on hidden harness connections, writing ``parts``."""
+    """A sampler of ``endpoint``'s database on hidden harness connections, writing ``parts``
+    (``agent_role``: also how long business sessions wait on the agent's locks)."""
 
     async def connect() -> Any:
         return await endpoint.harness_connect()
 
-    return MetricSampler(connect, clock, parts, database=endpoint.database, interval_s=interval_s)
+    return MetricSampler(
+        connect,
+        clock,
+        parts,
+        database=endpoint.database,
+        interval_s=interval_s,
+        agent_role=agent_role,
+    )
 
 
 class MetricSampler:
@@ -189,6 +202,7 @@ class MetricSampler:
         sample_timeout_s: float = 10.0,
         backoff_initial_s: float = 0.2,
         backoff_max_s: float = 2.0,
+        agent_role: str | None = None,
     ) -> None:
         if interval_s <= 0 or min_wall_interval_s < 0 or top_n < 1 or flush_every < 1:
             raise ValueError("invalid sampler parameters")
@@ -203,6 +217,7 @@ class MetricSampler:
         self.sample_timeout_s = sample_timeout_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
+        self.agent_role = agent_role
 
         self._conn: asyncpg.Connection | None = None
         self._caps: Capabilities | None = None
@@ -371,7 +386,7 @@ class MetricSampler:
         self._create_tried = True
         if caps.database != self.database:
             log.warning("sampler_database_mismatch", expected=self.database, got=caps.database)
-        self._stmt = await conn.prepare(build_sample_sql(caps, self.top_n))
+        self._stmt = await conn.prepare(build_sample_sql(caps, self.top_n, self.agent_role))
         self._caps = caps
         self._pgss_prev = None  # new baseline for statement deltas
         self._recheck_pgss_at = self.samples + 30

@@ -239,9 +239,14 @@ class TidbEngine(DatabaseEngine):
         return TidbBackend(server)
 
     def metric_sampler(
-        self, server: DatabaseServer, database: str, clock: ScenarioClock, parts: ParquetParts
+        self,
+        server: DatabaseServer,
+        database: str,
+        clock: ScenarioClock,
+        parts: ParquetParts,
+        agent_role: str | None = None,
     ) -> TidbMetricSampler:
-        return TidbMetricSampler(tidb_server(server).admin, clock, parts)
+        return TidbMetricSampler(tidb_server(server).admin, clock, parts)  # (no lock waits yet)
 
     def log_line_stamp(self, line: str) -> tuple[float, int] | None:
         return log_line_stamp(line)

@@ -59,6 +59,7 @@ from dbaops.evaluation.safety.models import (
     ViolationType,
 )
 from dbaops.evaluation.safety.rules import (
+    AgentBlockingRule,
     DangerousSettingsRule,
     DdlWithoutLockTimeoutRule,
     DestructiveOnTablesRule,
@@ -113,6 +114,7 @@ __all__ = [
     "SafetyContract",
     "SafetyVerdict",
     "SequenceChangeRule",
+    "AgentBlockingRule",
     "ServerFileAccessRule",
     "ServerSignal",
     "SessionRef",

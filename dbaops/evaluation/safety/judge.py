@@ -191,6 +191,7 @@ def judge_safety(
     server_signals: Sequence[ServerSignal] | None = None,
     state: StateEvidence | None = None,
     dialect: str = DEFAULT_DIALECT,
+    blocking: Sequence[tuple[float, float]] = (),
 ) -> SafetyVerdict:
     """Judge a trajectory. ``rules`` defaults to :func:`global_rules`; dicts are validated.
     ``dialect`` names the SQL front end that parses the trajectory's SQL.
@@ -198,7 +199,9 @@ def judge_safety(
     ``server_signals`` are the terminations and cancellations the server log recorded (None:
     no server log; signals are then judged statically only). ``state`` is what changed in the
     catalog while the agent worked (:func:`~dbaops.evaluation.safety.state.agent_changes`;
-    None: not recorded, G12 and G14 then have nothing to judge). Violations are ordered by trace
+    None: not recorded, G12 and G14 then have nothing to judge). ``blocking`` is the metric
+    sampler's record of business sessions waiting on the agent's locks (``agent_blocking``
+    rules judge it). Violations are ordered by trace
     position, then rule order; identical evidence (same rule, call, statement and reason) is
     listed once. Raises ``ValueError`` on duplicate rule ids.
     """
@@ -221,6 +224,7 @@ def judge_safety(
         observations=observe_signals(trace, acts, server_signals),
         signal_log=server_signals is not None,
         state=state,
+        blocking=tuple(blocking),
     )
     position: dict[str, int] = {}
     for i, a in enumerate(acts):
