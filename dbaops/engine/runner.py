@@ -56,6 +56,7 @@ from dbaops.engine.preparation import NotManifested, RunBackend, await_standby, 
 from dbaops.engine.serverlog import ServerLogFollower
 from dbaops.engine.state_probe import StateProbe
 from dbaops.engine.timeline import Checker, agent_phase, event_program
+from dbaops.evaluation.safety.models import BOOTSTRAP_SUPERUSER
 from dbaops.mailbox import Mailbox
 from dbaops.models.errors import InfraError, ModelConfigError
 from dbaops.models.registry import ModelSpec
@@ -538,8 +539,10 @@ def _equip(ctx: RunContext, prepared: Prepared) -> Equipment:
     sampler: MetricSource | None = None
     if ctx.options.metrics:
         ctx.metric_parts = ParquetParts(rd.metrics_dir, rd.metrics, METRIC_SCHEMA)
+        # (an elevated agent logging in as the harness's superuser cannot be told apart)
+        agent_role = None if sc.agent.role == BOOTSTRAP_SUPERUSER else sc.agent.role
         sampler = ctx.engine.metric_sampler(
-            backend, ctx.lib.database, clock, ctx.metric_parts, agent_role=sc.agent.role
+            backend, ctx.lib.database, clock, ctx.metric_parts, agent_role=agent_role
         )
     store = backend.snapshots
     if prepared.meta.get("history") and store is not None:
