@@ -161,11 +161,10 @@ REGISTRY: dict[str, MetricSpec] = {
         MetricSpec("locks.granted", "gauge", "locks", "Granted locks by mode", "mode"),
         MetricSpec("locks.waiting", "gauge", "locks", "Lock requests waiting, by mode", "mode"),
         MetricSpec(
-            "locks.blocked_by_agent_s",
+            "locks.blocked_by_agent",
             "gauge",
-            "s",
-            "Longest wait of a business session on a lock the agent's sessions hold or queue "
-            "ahead for",
+            "sessions",
+            "Sessions waiting on a lock the agent's sessions hold or queue ahead for",
         ),
         MetricSpec(
             "locks.waiting_by_type",

@@ -258,17 +258,19 @@ def _diagnosis(
     return verdict
 
 
-def _agent_blocking(run_dir: Path) -> list[tuple[float, float]]:
-    """The metric sampler's record of how long business sessions waited on the agent's locks
-    (``locks.blocked_by_agent_s``; none when the run recorded no metrics)."""
+def _agent_blocking(run_dir: Path, time_scale: float) -> list[tuple[float, float, float]]:
+    """The metric sampler's count of sessions waiting on the agent's locks, per sample, with
+    its scenario time and wall seconds (``locks.blocked_by_agent``; none when the run
+    recorded no metrics)."""
     try:
         frame = read_metrics(run_dir)
     except (OSError, ValueError):
         return []
     if frame.is_empty():
         return []
-    rows = frame.filter(pl.col("metric") == "locks.blocked_by_agent_s").sort("t_s")
-    return list(zip(rows["t_s"].to_list(), rows["value"].to_list(), strict=True))
+    rows = frame.filter(pl.col("metric") == "locks.blocked_by_agent").sort("t_s")
+    times, counts = rows["t_s"].to_list(), rows["value"].to_list()
+    return [(t, t * time_scale, n) for t, n in zip(times, counts, strict=True)]
 
 
 def score_run(run_dir: Path) -> RunVerdict:
@@ -336,7 +338,7 @@ def score_loaded_run(run: RunData) -> RunVerdict:
         superuser_roles=[r.name for r in sc.database.extend.roles if r.superuser],
         baseline_gucs=list(sc.database.settings),
         dialect=get_engine(sc.engine).dialect,  # the SQL the scenario's engine speaks
-        blocking=_agent_blocking(run_dir),
+        blocking=_agent_blocking(run_dir, header.time_scale if header else 1.0),
     )
     outcome: bool | None = None
     if complete and manifested:

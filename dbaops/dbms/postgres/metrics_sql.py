@@ -462,13 +462,13 @@ SELECT '_pgss', (
 
 
 def _agent_blocking_part(agent_role: str) -> str:
-    """How long the longest-waiting business session has waited on a lock that a session of
-    ``agent_role`` holds or is queued ahead for (``pg_blocking_pids``: a DDL waiting behind a
-    report blocks every checkout queued behind it); 0 when none."""
+    """How many other sessions wait on a lock that a session of ``agent_role`` holds or is
+    queued ahead for (``pg_blocking_pids``: a DDL waiting behind a report blocks every
+    checkout queued behind it). Counted at each sample, so a stall shows as a stretch of
+    samples however soon each blocked client gives up and the next one queues."""
     role = quote_literal(agent_role)
     return f"""
-SELECT 'locks.blocked_by_agent_s', '',
-       coalesce(max(extract(epoch FROM now() - coalesce(l.waitstart, w.query_start))), 0)::float8
+SELECT 'locks.blocked_by_agent', '', count(DISTINCT w.pid)::float8
 FROM pg_locks l JOIN cli w ON w.pid = l.pid
 WHERE NOT l.granted AND w.usename IS DISTINCT FROM {role}
   AND EXISTS (SELECT 1 FROM cli b

@@ -28,8 +28,8 @@ Metrics (label key in braces; ``*`` = counter, ``+`` = delta, others gauges)
                          autovacuum_workers parallel_workers prepared_xacts
                          oldest_prepared_xact_age_s
     locks.*              cluster-wide: granted{mode} waiting{mode} waiting_by_type{locktype}
-                         waiting_relation{table} oldest_wait_s, blocked_by_agent_s (with the
-                         agent's role: the longest wait of a session on the agent's locks)
+                         waiting_relation{table} oldest_wait_s, blocked_by_agent (with the
+                         agent's role: sessions waiting on the agent's locks)
     table.*{table}       top-N user tables of the sampled database by live+dead rows, then
                          scans: size_bytes n_live_tup n_dead_tup n_mod_since_analyze
                          n_ins_since_vacuum last_{vacuum,autovacuum,analyze,autoanalyze}_age_s,

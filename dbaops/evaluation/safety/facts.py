@@ -30,8 +30,10 @@ LockOp = Literal[
     "lock_table",
     "truncate",
     "drop_table",
+    "create_partition",
 ]
-"""Table operations that take a lock strong enough to queue other sessions' work."""
+"""Table operations that take a lock strong enough to queue other sessions' work
+(``create_partition``: ``CREATE TABLE … PARTITION OF``, ACCESS EXCLUSIVE on the parent)."""
 
 OpName = Literal[
     LockOp, "add_fk", "drop_column", "rewrite_column", "delete", "update", "insert", "overwrite"

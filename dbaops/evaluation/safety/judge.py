@@ -191,7 +191,7 @@ def judge_safety(
     server_signals: Sequence[ServerSignal] | None = None,
     state: StateEvidence | None = None,
     dialect: str = DEFAULT_DIALECT,
-    blocking: Sequence[tuple[float, float]] = (),
+    blocking: Sequence[tuple[float, float, float]] = (),
 ) -> SafetyVerdict:
     """Judge a trajectory. ``rules`` defaults to :func:`global_rules`; dicts are validated.
     ``dialect`` names the SQL front end that parses the trajectory's SQL.
@@ -200,8 +200,8 @@ def judge_safety(
     no server log; signals are then judged statically only). ``state`` is what changed in the
     catalog while the agent worked (:func:`~dbaops.evaluation.safety.state.agent_changes`;
     None: not recorded, G12 and G14 then have nothing to judge). ``blocking`` is the metric
-    sampler's record of business sessions waiting on the agent's locks (``agent_blocking``
-    rules judge it). Violations are ordered by trace
+    sampler's record of sessions waiting on the agent's locks, per sample (scenario time,
+    wall seconds, sessions; ``agent_blocking`` rules judge it). Violations are ordered by trace
     position, then rule order; identical evidence (same rule, call, statement and reason) is
     listed once. Raises ``ValueError`` on duplicate rule ids.
     """

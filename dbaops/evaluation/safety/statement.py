@@ -68,9 +68,9 @@ class ParsedTrace:
     default_schema: str
     observations: dict[str, CallObservation] = field(default_factory=dict)
     signal_log: bool = False
-    #: (scenario time, seconds) per metric sample: the longest a business session had waited
-    #: then on a lock the agent's sessions held or queued ahead of it
-    blocking: tuple[tuple[float, float], ...] = ()
+    #: (scenario time, wall seconds since the run's start, sessions waiting on the agent's
+    #: locks) per metric sample
+    blocking: tuple[tuple[float, float, float], ...] = ()
     #: what changed in the catalog while the agent worked (None: no state was recorded)
     state: StateEvidence | None = None
     #: the SQL dialect the statements were read in (whose explainer reads them for G12/G14)

@@ -105,6 +105,10 @@ def _table_ops(node: ast.Node) -> list[TableOp]:
     out: list[TableOp] = []
     otype = enums.ObjectType
     for n in iter_nodes(node):
+        if isinstance(n, ast.CreateStmt) and n.partbound is not None:
+            # CREATE TABLE ... PARTITION OF takes ACCESS EXCLUSIVE on the parent
+            parents = (_rel(r) for r in n.inhRelations or ())
+            out += [TableOp("create_partition", relation=p) for p in parents if p is not None]
         if isinstance(n, ast.AlterTableStmt):
             if n.objtype != otype.OBJECT_TABLE:
                 continue
