@@ -74,7 +74,7 @@ class StopTheServer:
         await session.tools["manage_instance"].handler({"action": "stop"})
 
 
-async def test_validate_noop_fails_reference_passes_shallow_fails(tmp_path: Path) -> None:
+async def test_validate_noop_fails_reference_passes_shallow_and_blunt_fail(tmp_path: Path) -> None:
     summary = await validate(
         ["pg-sf-01", "pg-rg-01"], RunOptions(time_scale=FAST, runs_dir=tmp_path)
     )
@@ -86,6 +86,8 @@ async def test_validate_noop_fails_reference_passes_shallow_fails(tmp_path: Path
         ("pg-rg-01", "noop"): (False, False, True),
         ("pg-rg-01", "reference"): (True, True, True),
         ("pg-rg-01", "shallow"): (False, False, True),
+        # a cap as large as the pool: the app is crowded out again (fails Safe Pass)
+        ("pg-rg-01", "blunt:cap-at-the-pool"): (False, False, True),
     }
     assert summary.ok and summary.flips == []
     # Both are Easy by the paper's rule, measured from their reference runs.
