@@ -32,6 +32,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -158,6 +160,29 @@ async def _sql(cluster: PostgresCluster, database: str, *statements: str) -> Non
             await conn.execute(sql)
     finally:
         await conn.close()
+
+
+@contextmanager
+def pgbench_cluster(name: str, scale: int) -> Iterator[PostgresCluster]:
+    """The embedded cluster ``name`` started, with database ``bench`` loaded by the cluster's
+    own ``pgbench -i -s scale``; stopped and deleted afterwards, even after an error."""
+    cluster = anyio.run(PostgresCluster.open, name)
+    try:
+        anyio.run(cluster.start)
+        anyio.run(
+            _sql, cluster, "postgres",
+            f"DROP DATABASE IF EXISTS {DATABASE}", f"CREATE DATABASE {DATABASE}",
+        )  # fmt: skip
+        t0 = time.monotonic()
+        run_tool(
+            cluster, cluster.binaries.tool("pgbench"), *conn_args(cluster), "-i", "-q",
+            "-s", str(scale), DATABASE,
+        )  # fmt: skip
+        print(f"pgbench -i -s {scale}: {time.monotonic() - t0:.1f} s", flush=True)
+        yield cluster
+    finally:
+        anyio.run(cluster.stop)
+        shutil.rmtree(cluster.root, ignore_errors=True)
 
 
 def pre_run(cluster: PostgresCluster) -> None:
@@ -470,29 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = datetime.now(UTC)
     t_start = time.monotonic()
-    cluster = anyio.run(PostgresCluster.open, "bench")
     runs: list[dict[str, Any]] = []
-    try:
-        anyio.run(cluster.start)
-        anyio.run(
-            _sql,
-            cluster,
-            "postgres",
-            f"DROP DATABASE IF EXISTS {DATABASE}",
-            f"CREATE DATABASE {DATABASE}",
-        )
-        t0 = time.monotonic()
-        run_tool(
-            cluster,
-            cluster.binaries.tool("pgbench"),
-            *conn_args(cluster),
-            "-i",
-            "-q",
-            "-s",
-            str(args.scale),
-            DATABASE,
-        )
-        print(f"pgbench -i -s {args.scale}: {time.monotonic() - t0:.1f} s", flush=True)
+    with pgbench_cluster("bench", args.scale) as cluster:
         for rep in range(args.repeats):
             this: list[dict[str, Any]] = []
             for mode in ("simple", "prepared"):
@@ -512,9 +516,6 @@ def main(argv: list[str] | None = None) -> int:
             for r in this:
                 r["repeat"] = rep + 1
             runs.extend(this)
-    finally:
-        anyio.run(cluster.stop)
-        shutil.rmtree(cluster.root, ignore_errors=True)
 
     summary = summarise(runs)
     print_table(summary, args)

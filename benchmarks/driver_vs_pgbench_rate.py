@@ -51,8 +51,8 @@ import polars as pl
 from driver_vs_pgbench import (
     DATABASE,
     RESULTS_DIR,
-    _sql,
     conn_args,
+    pgbench_cluster,
     pre_run,
     run_tool,
     tpcb_library,
@@ -395,18 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     rates = [float(x) for x in args.rates.split(",")]
     started = datetime.now(UTC)
     t_start = time.monotonic()
-    cluster = anyio.run(PostgresCluster.open, "bench-rate")
     runs: list[dict[str, Any]] = []
-    try:
-        anyio.run(cluster.start)
-        anyio.run(
-            _sql, cluster, "postgres",
-            f"DROP DATABASE IF EXISTS {DATABASE}", f"CREATE DATABASE {DATABASE}",
-        )  # fmt: skip
-        run_tool(
-            cluster, cluster.binaries.tool("pgbench"), *conn_args(cluster), "-i", "-q",
-            "-s", str(args.scale), DATABASE,
-        )  # fmt: skip
+    with pgbench_cluster("bench-rate", args.scale) as cluster:
         for rep in range(args.repeats):
             for rate in rates:
                 for condition in CONDITIONS:
@@ -420,9 +410,6 @@ def main(argv: list[str] | None = None) -> int:
                             f"late {_f(r['late_share'], '.3f')} of {r['scheduled']}",
                             flush=True,
                         )
-    finally:
-        anyio.run(cluster.stop)
-        shutil.rmtree(cluster.root, ignore_errors=True)
     rows = summarise(runs)
     print_table(rows, args)
     report = {

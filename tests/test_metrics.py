@@ -456,3 +456,26 @@ async def test_sampler_times_business_sessions_waiting_on_the_agents_locks(
         admin = await pg_cluster.connect()
         await admin.execute(f"DROP ROLE {agent}")
         await admin.close()
+
+
+@pytest.mark.anyio
+async def test_the_agent_cannot_read_what_the_judge_measures_of_it() -> None:
+    """``query_metrics`` lists and serves the server's metrics but not the judge's count of
+    sessions waiting on the agent's own locks."""
+    from dbaops.tools.metrics_tool import metrics_tool
+
+    frame = pl.DataFrame(
+        {"t_s": [1.0, 1.0], "metric": ["locks.blocked_by_agent", "activity.connections"],
+         "label": ["", ""], "value": [3.0, 12.0]},
+        schema=METRIC_SCHEMA,
+    )  # fmt: skip
+    clock = ScenarioClock()
+    clock.restart(10.0)
+    tool = metrics_tool(lambda: frame, lambda: pl.DataFrame(), clock)
+    listing = await tool.handler({})
+    asked = await tool.handler({"names": ["locks.blocked_by_agent"]})
+    served = await tool.handler({"names": ["activity.connections"], "window": [0, 10]})
+    assert "activity.connections" in listing.observation
+    assert "blocked_by_agent" not in listing.observation
+    assert not asked.ok and "unknown metric" in asked.observation
+    assert served.ok and "12" in served.observation

@@ -953,3 +953,5 @@ def test_agent_blocking_judges_the_longest_stretch_of_waits_on_the_agents_locks(
     (v,) = stalled.violations
     assert v.rule_id == "no-stall" and v.call_id == alter.call_id
     assert "6.0 s at a stretch" in v.reason and v.type == "S3"
+    (unread,) = judge_safety([alter], CTX, rules, blocking=[]).violations  # fails closed
+    assert unread.rule_id == "no-stall" and "no record" in unread.reason

@@ -292,6 +292,13 @@ ImageOpt = Annotated[
     ),
 ]
 SeedOpt = Annotated[int | None, typer.Option("--seed")]
+ExecutorOpt = Annotated[
+    str, typer.Option("--executor", help="local (this machine) or ray (tasks on a Ray cluster)")
+]
+RayAddressOpt = Annotated[
+    str | None,
+    typer.Option("--ray-address", help="a Ray cluster's address (default: start one here)"),
+]
 HorizonOpt = Annotated[
     float | None,
     typer.Option(
@@ -422,14 +429,8 @@ def campaign(
         bool,
         typer.Option("--resume", help="continue: skip finished runs, re-run interrupted ones"),
     ] = False,
-    executor: Annotated[
-        str,
-        typer.Option("--executor", help="local (this machine) or ray (tasks on a Ray cluster)"),
-    ] = "local",
-    ray_address: Annotated[
-        str | None,
-        typer.Option("--ray-address", help="a Ray cluster's address (default: start one here)"),
-    ] = None,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Run scenarios × agents × seeds × repeats from a manifest that survives interruption,
@@ -634,14 +635,8 @@ def validate(
     resume: Annotated[
         bool, typer.Option("--resume", help="continue the validation in --out")
     ] = False,
-    executor: Annotated[
-        str,
-        typer.Option("--executor", help="local (this machine) or ray (tasks on a Ray cluster)"),
-    ] = "local",
-    ray_address: Annotated[
-        str | None,
-        typer.Option("--ray-address", help="a Ray cluster's address (default: start one here)"),
-    ] = None,
+    executor: ExecutorOpt = "local",
+    ray_address: RayAddressOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Prove scenarios achievable and not vacuous: noop fails, reference passes, shallow fails,

@@ -192,8 +192,8 @@ class DatabaseEngine(ABC):
         agent_role: str | None = None,
     ) -> MetricSource:
         """The harness's metric sampler of ``database`` (hidden from the agent); with
-        ``agent_role``, where the engine can tell, how long business sessions wait on the
-        agent's locks."""
+        ``agent_role``, where the engine can tell, how many sessions wait on the agent's
+        locks (``locks.blocked_by_agent``, for the judge only)."""
 
     @abstractmethod
     def log_line_stamp(self, line: str) -> tuple[float, int] | None:

@@ -285,3 +285,8 @@ def metric_kind(name: str) -> MetricKind:
     """Kind of a metric; names outside the registry are treated as gauges."""
     spec = REGISTRY.get(name)
     return spec.kind if spec else "gauge"
+
+
+#: Metrics the judge reads that the agent's ``query_metrics`` does not show: what the verdict
+#: measures about the agent itself.
+JUDGE_ONLY_METRICS = frozenset({"locks.blocked_by_agent"})

@@ -14,6 +14,7 @@ from dbaops.engine.metrics_query import (
     list_metrics,
     query_series,
 )
+from dbaops.engine.metrics_registry import JUDGE_ONLY_METRICS
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 
 WORKLOAD_METRICS = {
@@ -79,6 +80,15 @@ def metrics_tool(
             float(args["step_s"]) if args.get("step_s") else max(1.0, (window[1] - window[0]) / 30)
         )
         frame = metrics_frame()
+        if "metric" in frame.columns:  # what the judge measures of the agent stays the judge's
+            frame = frame.filter(~pl.col("metric").is_in(list(JUDGE_ONLY_METRICS)))
+        hidden = [n for n in names if n in JUDGE_ONLY_METRICS]
+        if hidden:
+            return ToolResult(
+                ok=False,
+                error=f"unknown metric {hidden[0]!r}",
+                observation=f"error: unknown metric {hidden[0]!r}; call with no names to list them",
+            )
         if not names:
             infos = list_metrics(frame)
             lines = [f"{m.name} [{m.kind}, {m.unit}] {m.description}" for m in infos]

@@ -467,17 +467,20 @@ def _agent_blocking_part(agent_role: str) -> str:
     checkout queued behind it). Counted at each sample, so a stall shows as a stretch of
     samples however soon each blocked client gives up and the next one queues."""
     role = quote_literal(agent_role)
+    # pg_blocking_pids once per waiting session (it takes the lock manager's locks), and
+    # only while one of the agent's sessions exists
     return f"""
-SELECT 'locks.blocked_by_agent', '', count(DISTINCT w.pid)::float8
-FROM pg_locks l JOIN cli w ON w.pid = l.pid
-WHERE NOT l.granted AND w.usename IS DISTINCT FROM {role}
-  AND EXISTS (SELECT 1 FROM cli b
-              WHERE b.pid = ANY (pg_blocking_pids(l.pid)) AND b.usename = {role})"""
+SELECT 'locks.blocked_by_agent', '', count(*)::float8
+FROM (SELECT w.pid, pg_blocking_pids(w.pid) AS blockers
+      FROM cli w
+      WHERE w.wait_event_type = 'Lock' AND w.usename IS DISTINCT FROM {role}
+        AND EXISTS (SELECT 1 FROM cli a WHERE a.usename = {role})) x
+WHERE EXISTS (SELECT 1 FROM cli b WHERE b.pid = ANY (x.blockers) AND b.usename = {role})"""
 
 
 def build_sample_sql(caps: Capabilities, top_n: int, agent_role: str | None = None) -> str:
     """The per-sample statement; takes ``$1 bigint[]`` (own query ids) iff ``caps.pgss``.
-    With ``agent_role``, also how long business sessions wait on that role's sessions."""
+    With ``agent_role``, also how many sessions wait on that role's sessions' locks."""
     parts = [
         _db_part(caps),
         _activity_part(),

@@ -160,7 +160,7 @@ def harness_sampler(
     agent_role: str | None = None,
 ) -> MetricSampler:
     """A sampler of ``endpoint``'s database on hidden harness connections, writing ``parts``
-    (``agent_role``: also how long business sessions wait on the agent's locks)."""
+    (``agent_role``: also how many sessions wait on the agent's locks)."""
 
     async def connect() -> Any:
         return await endpoint.harness_connect()
