@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+import polars as pl
 import pytest
 import yaml
 
@@ -208,3 +209,23 @@ async def test_killing_a_session_that_holds_buffered_writes_leaves_the_server_up
     finally:
         await holder.close()
         await admin.close()
+
+
+async def test_every_survey_probe_reads_the_embedded_server(server: TidbServer) -> None:
+    from dbaops.dbms.tidb.survey import SURVEY_PROBES
+    from dbaops.engine.survey import take_survey
+    from dbaops.evaluation.difficulty import DifficultySpec
+
+    spec = DifficultySpec(path=["a", "b"], modalities={"sql": {"causal": "shop"}})
+    survey = await take_survey(
+        "tidb",
+        spec,
+        server.endpoint("shop"),
+        t_scn=0.0,
+        history_before_s=-30.0,
+        metrics=pl.DataFrame(),
+        log_lines=[],
+    )
+    assert set(survey.sql) == set(SURVEY_PROBES)
+    assert {n: p.error for n, p in survey.sql.items() if p.error} == {}
+    assert any(row.startswith("t | shop") for row in survey.sql["tables"].rows)

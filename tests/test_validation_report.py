@@ -13,7 +13,7 @@ from dbaops.engine.validation_report import (
     scenario_records,
     write_report,
 )
-from dbaops.record.kinds import ToolCallRecord
+from dbaops.record.kinds import SurveyProbe, SurveyRecord
 from dbaops.scenario.loader import load_scenario
 
 
@@ -39,19 +39,32 @@ def _row(scenario: str, solution: str, ok: bool = True, server: str = "15.18") -
 def test_a_declared_hard_label_the_reference_run_does_not_bear_out_fails_validation() -> None:
     sc, _, _ = load_scenario("pg-qt-01")
     assert sc.difficulty == "hard"
-    label, problem = _difficulty_verdict(sc, [])  # a reference run that observed nothing
+    label, problem = _difficulty_verdict(sc, [])  # a reference run without a survey
+    assert problem == "the reference run recorded no survey of the observation surface"
+    calm = SurveyRecord(sql={"sessions": SurveyProbe(query="q", rows=["orders | 1"])})
+    label, problem = _difficulty_verdict(sc, [calm])  # nothing but the cause to see
     assert label is not None and label.label == "easy"
     assert problem is not None and "declared hard, measured easy" in problem
-    causal = [f"orders_created_idx | {i}" for i in range(2)]  # 2 causal rows, 6 competing
-    observation = "\n".join(["name | n", *causal, *(f"other | {i}" for i in range(6))])
-    call = ToolCallRecord(
-        call_id="c1",
-        tool="execute_sql",
-        args={"sql": "SELECT 1"},
-        ok=True,
-        observation=observation,
+
+
+def test_a_scenario_without_modalities_is_not_admitted() -> None:
+    sc, _, _ = load_scenario("pg-qt-01")
+    assert sc.evaluation.difficulty is not None
+    bare = sc.model_copy(
+        update={
+            "evaluation": sc.evaluation.model_copy(
+                update={
+                    "difficulty": sc.evaluation.difficulty.model_copy(update={"modalities": {}})
+                }
+            )
+        }
     )
-    label, problem = _difficulty_verdict(sc, [call])
+    _, problem = _difficulty_verdict(bare, [])
+    assert problem is not None and "no observation modalities" in problem
+    causal = [f"orders_created_idx | {i}" for i in range(2)]  # 2 causal rows, 6 competing
+    rows = [*causal, *(f"other | {i}" for i in range(6))]
+    survey = SurveyRecord(sql={"indexes": SurveyProbe(query="q", rows=rows)})
+    label, problem = _difficulty_verdict(sc, [survey])
     assert label is not None and label.depth == 3 and label.complexity == 0.75
     assert problem is None
 

@@ -766,9 +766,10 @@ def _print_validation_rows(summary: ValidationSummary) -> None:
 
 @app.command()
 def difficulty(
-    run_dir: Annotated[Path, typer.Argument(help="a run of the reference agent")],
+    run_dir: Annotated[Path, typer.Argument(help="a run of the scenario (any agent)")],
 ) -> None:
-    """Paper §4.2 difficulty from a reference run: path depth D_s, complexity C_s, Easy/Hard."""
+    """Paper §4.2 difficulty from a run: path depth D_s, complexity C_s over the surveyed
+    observation surface, Easy/Hard."""
     from dbaops.evaluation.difficulty import label_difficulty
     from dbaops.record.load import load_run_scenario
     from dbaops.record.trace import read_trace
@@ -780,7 +781,12 @@ def difficulty(
     result = label_difficulty(sc.evaluation.difficulty, read_trace(run_dir))
     console.print(
         f"{sc.id}: D_s = {result.depth}, C_s = {result.complexity:.2f} -> {result.label}"
-        f" (declared: {sc.difficulty or 'none'})"
+        f" (declared: {sc.difficulty or 'none'}; counted over "
+        + (
+            "the survey of its observation surface)"
+            if result.basis == "surface"
+            else "the run's own observations: it has no survey)"
+        )
     )
     for m in result.modalities:
         how = (

@@ -55,6 +55,7 @@ from dbaops.engine.history import effective_history, load_history
 from dbaops.engine.preparation import NotManifested, RunBackend, await_standby, prepare_state
 from dbaops.engine.serverlog import ServerLogFollower
 from dbaops.engine.state_probe import StateProbe
+from dbaops.engine.survey import take_survey
 from dbaops.engine.timeline import Checker, agent_phase, event_program
 from dbaops.evaluation.safety.models import BOOTSTRAP_SUPERUSER
 from dbaops.mailbox import Mailbox
@@ -737,6 +738,8 @@ async def _timeline(
             not_manifested = "manifestation predicates failed: " + "; ".join(failed)
             tg.cancel_scope.cancel()
             await anyio.lowlevel.checkpoint()
+        if not not_manifested:
+            await _survey(ctx, prepared, kit)
         monitor.phase = "running"
         await kit.agent_tools.begin()
         trace.write(PhaseRecord(t_scn=clock.now(), phase="timeline_start"))
@@ -803,6 +806,28 @@ async def _timeline(
         raise NotManifested(not_manifested)
     if agent_run.infra_error:
         raise InfraRunError(agent_run.infra_error)
+
+
+async def _survey(ctx: RunContext, prepared: Prepared, kit: Equipment) -> None:
+    """Record the observation surface the scenario declares, as the agent is about to meet
+    it (see :mod:`dbaops.engine.survey`); bounded scenarios with a difficulty path only."""
+    spec = ctx.sc.evaluation.difficulty
+    if spec is None or not spec.modalities or ctx.sc.mode != "bounded":
+        return
+    ctx.monitor.phase = "survey"
+    metrics = kit.sampler.snapshot() if kit.sampler is not None else pl.DataFrame()
+    history_before = -ctx.sc.preparation.warmup_s
+    lines = [ln for f in ctx.followers for ln in f.server_lines()]
+    record = await take_survey(
+        ctx.sc.engine,
+        spec,
+        prepared.endpoint,
+        t_scn=ctx.clock.now(),
+        history_before_s=history_before,
+        metrics=metrics,
+        log_lines=lines,
+    )
+    ctx.trace.write(record)
 
 
 #: Which durations ``--time-scale`` compresses (recorded in every run header). Transaction

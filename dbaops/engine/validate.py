@@ -197,7 +197,14 @@ def _difficulty_verdict(
                 "measure it from"
             )
         return None, None
+    if not spec.modalities:
+        return None, (
+            "evaluation.difficulty declares no observation modalities: C_s would be 0 "
+            "whatever the environment shows"
+        )
     label = label_difficulty(spec, records)
+    if label.basis != "surface":
+        return label, "the reference run recorded no survey of the observation surface"
     if sc.difficulty is not None and label.label != sc.difficulty:
         return label, (
             f"declared {sc.difficulty}, measured {label.label} (D={label.depth}, "

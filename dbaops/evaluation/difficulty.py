@@ -2,12 +2,16 @@
 
 A scenario declares its reference path ``π_s = ⟨σ_s, h_1, …, h_{D_s-1}, c_s⟩`` (the alert, the
 evidence hops, the root cause), so ``D_s = |π_s| - 1``. Complexity is measured per observation
-modality μ from the observations a reference run actually received: every observation unit
-(a result row of ``execute_sql``, a log line of ``read_log``, a series point of
-``query_metrics``) is causal when it matches the modality's declared causal pattern, competing
-otherwise; ``C_{s,μ} = 1 - m/(m+n)`` with m causal and n competing units (0 with no competing
-units), or a declared value where it cannot be measured. ``C_s`` is the mean over the
-modalities the path requires. ``Hard`` iff ``D_s > D0 = 2`` and ``C_s >= C0 = 0.5``.
+modality μ over the **observation surface** the scenario declares, as the harness read it when
+the agent started (:class:`~dbaops.record.kinds.SurveyRecord`): the rows of the SQL probes (the
+engine's standard first look, or the probes and queries the scenario names), every server-log
+line so far, every metric series point. A unit is causal when it matches the modality's
+declared causal pattern (a metric point also only when it belongs to the incident, not to the
+workload history), competing otherwise; ``C_{s,μ} = 1 - m/(m+n)`` with m causal and n
+competing units (0 with no competing units), or a declared value where it cannot be measured.
+``C_s`` is the mean over the declared modalities. ``Hard`` iff ``D_s > D0 = 2`` and
+``C_s >= C0 = 0.5``. So C_s measures the environment, whatever a run then reads; a run recorded
+before surveys existed is measured from its own observations instead (``basis: observed``).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dbaops.record.kinds import Record, ToolCallRecord
+from dbaops.record.kinds import Record, SurveyRecord, ToolCallRecord
 
 D0 = 2
 C0 = 0.5
@@ -33,6 +37,14 @@ class ModalitySpec(BaseModel):
 
     causal: str | None = Field(default=None, description="regex marking a causal unit")
     declared: float | None = Field(default=None, ge=0, le=1, description="C when unmeasurable")
+    surface: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="sql: what the survey reads, each a standard probe's name (the engine's "
+        "first look: sessions, locks, tables, indexes, statements, settings, ...) or a "
+        "read-only query of the scenario's own (an EXPLAIN of the slow statement); default: "
+        "every standard probe",
+    )
 
     @model_validator(mode="after")
     def _one_of(self) -> ModalitySpec:
@@ -41,6 +53,11 @@ class ModalitySpec(BaseModel):
         if self.causal is not None:
             re.compile(self.causal)
         return self
+
+
+def is_probe_name(entry: str) -> bool:
+    """Whether a ``surface`` entry names a standard probe (else it is a query)."""
+    return re.fullmatch(r"[a-z_]+", entry) is not None
 
 
 class DifficultySpec(BaseModel):
@@ -58,6 +75,9 @@ class DifficultySpec(BaseModel):
             raise ValueError(
                 f"unknown modalities {sorted(unknown)} (known: {sorted(MODALITY_TOOLS)})"
             )
+        for name, mspec in self.modalities.items():
+            if name != "sql" and mspec.surface is not None:
+                raise ValueError(f"modalities.{name}.surface: only the sql modality has probes")
         return self
 
 
@@ -74,6 +94,9 @@ class DifficultyLabel(BaseModel):
     complexity: float
     modalities: list[ModalityComplexity]
     label: str  # "hard" | "easy"
+    #: ``surface``: counted over the harness's survey; ``observed``: over what the run's own
+    #: tool calls returned (runs recorded before surveys existed).
+    basis: str = "surface"
 
 
 _TAG_WORDS = {
@@ -120,8 +143,34 @@ def observation_units(tool: str, observation: str) -> list[str]:
     return lines
 
 
+def _surface_units(modality: str, survey: SurveyRecord) -> list[tuple[str, bool]]:
+    """The units of one modality in a survey, each with whether it may count as causal (a
+    metric point of the workload history never does)."""
+    if modality == "sql":
+        return [(row, True) for probe in survey.sql.values() for row in probe.rows]
+    if modality == "log":
+        return [(line, True) for line in survey.log_lines]
+    units: list[tuple[str, bool]] = []
+    for s in survey.metric_series:
+        units += [(s.series, True)] * s.incident_points + [(s.series, False)] * s.history_points
+    return units
+
+
+def _observed_units(modality: str, calls: list[ToolCallRecord]) -> list[tuple[str, bool]]:
+    """The units of one modality the run's own tool calls returned."""
+    return [
+        (unit, True)
+        for call in calls
+        if call.tool == MODALITY_TOOLS[modality]
+        for unit in observation_units(call.tool, call.observation)
+    ]
+
+
 def label_difficulty(spec: DifficultySpec, records: Iterable[Record]) -> DifficultyLabel:
-    """D_s, C_s and the Easy/Hard label from a (reference) run's recorded observations."""
+    """D_s, C_s and the Easy/Hard label of a run: over its survey of the observation surface
+    (any run of the scenario has one), else over its own observations (older runs)."""
+    records = list(records)
+    survey = next((r for r in records if isinstance(r, SurveyRecord)), None)
     calls = [r for r in records if isinstance(r, ToolCallRecord) and r.ok]
     per: list[ModalityComplexity] = []
     for modality, mspec in spec.modalities.items():
@@ -132,15 +181,13 @@ def label_difficulty(spec: DifficultySpec, records: Iterable[Record]) -> Difficu
             continue
         assert mspec.causal is not None
         rx = re.compile(mspec.causal, re.IGNORECASE)
-        m = n = 0
-        for call in calls:
-            if call.tool != MODALITY_TOOLS[modality]:
-                continue
-            for unit in observation_units(call.tool, call.observation):
-                if rx.search(unit):
-                    m += 1
-                else:
-                    n += 1
+        units = (
+            _surface_units(modality, survey)
+            if survey is not None
+            else _observed_units(modality, calls)
+        )
+        m = sum(1 for unit, may in units if may and rx.search(unit))
+        n = len(units) - m
         c = 0.0 if n == 0 else 1.0 - m / (m + n)
         per.append(
             ModalityComplexity(modality=modality, causal_units=m, competing_units=n, complexity=c)
@@ -148,4 +195,10 @@ def label_difficulty(spec: DifficultySpec, records: Iterable[Record]) -> Difficu
     complexity = sum(p.complexity for p in per) / len(per) if per else 0.0
     depth = len(spec.path) - 1
     label = "hard" if depth > D0 and complexity >= C0 else "easy"
-    return DifficultyLabel(depth=depth, complexity=complexity, modalities=per, label=label)
+    return DifficultyLabel(
+        depth=depth,
+        complexity=complexity,
+        modalities=per,
+        label=label,
+        basis="surface" if survey is not None else "observed",
+    )

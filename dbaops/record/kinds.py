@@ -337,6 +337,36 @@ class StateRecord(Record):
     error: str | None = None
 
 
+class SurveyProbe(BaseModel):
+    """One query of the observation surface and the rows it returned (each as text)."""
+
+    query: str
+    rows: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+class MetricSeriesCount(BaseModel):
+    """How many points of one metric series the agent could read when it started: those of
+    the incident (the warm-up, the fault already in place) and those of the history."""
+
+    series: str  # "metric label"
+    incident_points: int = 0
+    history_points: int = 0
+
+
+class SurveyRecord(Record):
+    """The observation surface the environment presented when the agent started, read by the
+    harness (not by the agent) for the scenario's declared modalities: the rows of its SQL
+    probes, the server-log lines so far and the metric series (paper §4.2's C_s is counted
+    over these, whatever the agent then reads)."""
+
+    kind: Literal["survey"] = "survey"
+    sql: dict[str, SurveyProbe] = Field(default_factory=dict)
+    log_lines: list[str] = Field(default_factory=list)
+    log_lines_total: int = 0
+    metric_series: list[MetricSeriesCount] = Field(default_factory=list)
+
+
 class GenericRecord(Record):
     """A record of a kind this version does not know; kept, not interpreted."""
 
@@ -356,7 +386,8 @@ TraceRecord = Annotated[
     | AgentEventRecord
     | ReplayDivergence
     | ClientLagRecord
-    | StateRecord,
+    | StateRecord
+    | SurveyRecord,
     Field(discriminator="kind"),
 ]
 
@@ -370,6 +401,7 @@ _KNOWN_KINDS = {
     "run_end",
     "client_lag",
     "state",
+    "survey",
 }
 #: Kinds whose schema grew over versions: a line that does not validate is kept generic.
 _LENIENT_KINDS = {"model_call", "compaction", "agent_event", "replay_divergence"}

@@ -491,6 +491,7 @@ class Scenario(StrictModel):
                         f"verification window ({self.evaluation.verification_s} s)"
                     )
         self._jobs_start_in_the_run()
+        self._surface_probes_exist()
         alt_names = [a.name for a in self.alternatives]
         if None in alt_names:
             raise ValueError("alternatives: every alternative solution needs a name")
@@ -510,6 +511,23 @@ class Scenario(StrictModel):
                     f"(workloads: {', '.join(names) or 'none'})"
                 )
         return self
+
+    def _surface_probes_exist(self) -> None:
+        """A survey probe the engine does not have is refused (names, not guesses)."""
+        from dbaops.dbms.survey import survey_probes
+        from dbaops.evaluation.difficulty import is_probe_name
+
+        spec = self.evaluation.difficulty
+        sql = spec.modalities.get("sql") if spec is not None else None
+        if sql is None or sql.surface is None:
+            return
+        known = survey_probes(self.engine)
+        unknown = [e for e in sql.surface if is_probe_name(e) and e not in known]
+        if unknown:
+            raise ValueError(
+                f"evaluation.difficulty.modalities.sql.surface: {self.engine} has no probes "
+                f"{unknown} (its probes: {', '.join(known)}; or give a query)"
+            )
 
     def _jobs_start_in_the_run(self) -> None:
         """A job time before the warm-up's start would silently never run: refused."""
