@@ -23,8 +23,10 @@ from dbaops.record.kinds import ActorRecord
 from dbaops.scenario.faults import (
     EditConfig,
     FileSizeLimit,
+    HoldTransaction,
     LoadActor,
     SignalProcess,
+    SqlFault,
     TablespaceVolume,
 )
 from dbaops.scenario.loader import ScenarioError, load_scenario
@@ -67,6 +69,58 @@ async def _setting(cluster: PostgresCluster, name: str) -> tuple[str, str | None
         return str(row[0]), row[1]
     finally:
         await conn.close()
+
+
+async def test_an_interrupted_concurrent_index_build_is_made_for_real(
+    own_cluster: PostgresCluster,
+) -> None:
+    """pg-hc-02's construction: CREATE INDEX CONCURRENTLY under a lock_timeout, while an old
+    snapshot is held, builds and validates the index, then times out waiting for the
+    snapshot (55P03): the index stays ready but invalid, whatever the machine's speed."""
+    setup = await own_cluster.connect()
+    try:
+        await setup.execute(
+            "DROP TABLE IF EXISTS public.cic_orders;"
+            "CREATE TABLE public.cic_orders AS SELECT g AS id, g % 500 AS amount "
+            "FROM generate_series(1, 50000) g"
+        )
+    finally:
+        await setup.close()
+    ctx = cluster_actor_context(own_cluster, RecordList())
+    cic = SqlFault(
+        application_name="deploy",
+        settings={"lock_timeout": "1s"},
+        expect_sqlstate="55P03",
+        sql="CREATE INDEX CONCURRENTLY cic_orders_amount_idx ON public.cic_orders (amount, id)",
+    )
+    async with anyio.create_task_group() as tg:
+        old_snapshot = HoldTransaction(
+            application_name="analyst_notebook",
+            isolation="repeatable_read",
+            statements=["SELECT 1"],
+        )
+        await tg.start(run_fault, old_snapshot, ctx)
+        await run_fault(cic, ctx)
+        tg.cancel_scope.cancel()
+    conn = await own_cluster.connect()
+    try:
+        row = await conn.fetchrow(
+            "SELECT indisvalid, indisready FROM pg_index "
+            "WHERE indexrelid = 'public.cic_orders_amount_idx'::regclass"
+        )
+        assert row is not None and (row["indisvalid"], row["indisready"]) == (False, True)
+        await conn.execute("DROP INDEX public.cic_orders_amount_idx")
+    finally:
+        await conn.close()
+    # Without the old snapshot the build succeeds, which the step refuses: the incident's
+    # statement must fail as it did.
+    with pytest.raises(FaultError, match="was to fail with SQLSTATE 55P03"):
+        await run_fault(cic, ctx)
+    # Another failure than the expected one is an error of the step.
+    with pytest.raises(asyncpg.PostgresError):
+        await run_fault(
+            SqlFault(sql="SELECT * FROM public.no_such_table", expect_sqlstate="55P03"), ctx
+        )
 
 
 async def test_a_hand_edit_of_postgresql_conf_takes_effect_on_reload(

@@ -94,6 +94,11 @@ def test_the_sql_surface_is_the_standard_probes_or_the_ones_named() -> None:
         "sessions": SURVEY_PROBES["sessions"],
         "query1": "EXPLAIN SELECT 1",
     }
+    wider = DifficultySpec(
+        path=["a", "b"],
+        modalities={"sql": {"causal": "x", "surface": ["standard", "EXPLAIN SELECT 1"]}},
+    )
+    assert surface_queries("postgres", wider) == {**SURVEY_PROBES, "query1": "EXPLAIN SELECT 1"}
 
 
 def test_an_unknown_probe_is_refused_with_the_field_and_the_choices(tmp_path: Path) -> None:

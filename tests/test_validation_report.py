@@ -61,6 +61,13 @@ def test_a_scenario_without_modalities_is_not_admitted() -> None:
     )
     _, problem = _difficulty_verdict(bare, [])
     assert problem is not None and "no observation modalities" in problem
+
+
+def test_a_surface_that_shows_no_causal_unit_is_not_admitted() -> None:
+    sc, _, _ = load_scenario("pg-qt-01")
+    blind = SurveyRecord(sql={"sessions": SurveyProbe(query="q", rows=["app | idle"] * 9)})
+    _, problem = _difficulty_verdict(sc, [blind])
+    assert problem is not None and "shows no causal unit in sql" in problem
     causal = [f"orders_created_idx | {i}" for i in range(2)]  # 2 causal rows, 6 competing
     rows = [*causal, *(f"other | {i}" for i in range(6))]
     survey = SurveyRecord(sql={"indexes": SurveyProbe(query="q", rows=rows)})

@@ -51,6 +51,16 @@ class SessionDialect:
     #: code run (PostgreSQL: TABLESAMPLE refuses a view swapped in under the name before
     #: the view's code could run; SYSTEM (100) reads every page).
     count_rows: Callable[[str, str], str]
+    #: A statement setting a session setting (the name already checked) to a value.
+    set_setting: Callable[[str, str], str]
+
+
+def _pg_literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _mysql_literal(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 _ISOLATION = {
@@ -68,6 +78,7 @@ POSTGRES_SESSIONS = SessionDialect(
         f"(SELECT pg_catalog.count(*) FROM ONLY {_pg_ident(schema)}.{_pg_ident(name)} "
         "TABLESAMPLE pg_catalog.system (100))"
     ),
+    set_setting=lambda name, value: f"SET {name} TO {_pg_literal(value)}",
 )
 
 #: TiDB: pessimistic transactions at READ COMMITTED or REPEATABLE READ (its default);
@@ -79,6 +90,7 @@ MYSQL_SESSIONS = SessionDialect(
     count_rows=lambda schema, name: (
         f"(SELECT COUNT(*) FROM {_mysql_ident(schema)}.{_mysql_ident(name)})"
     ),
+    set_setting=lambda name, value: f"SET SESSION {name} = {_mysql_literal(value)}",
 )
 
 

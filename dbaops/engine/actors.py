@@ -169,11 +169,23 @@ async def _sql(fault: SqlFault, ctx: ActorContext) -> None:
     conn = await ctx.endpoint.actor_session(fault.role, fault.application_name, fault.database)
     try:
         await _identity(conn, ctx)  # (its statistics are on again from here)
-        if fault.in_transaction:
-            async with conn.transaction():
+        for name, value in fault.settings.items():
+            await conn.execute(session_dialect(conn).set_setting(name, value))
+        try:
+            if fault.in_transaction:
+                async with conn.transaction():
+                    await conn.execute(fault.sql)
+            else:
                 await conn.execute(fault.sql)
-        else:
-            await conn.execute(fault.sql)
+        except SERVER_ERRORS as exc:
+            if fault.expect_sqlstate is None or exc.sqlstate != fault.expect_sqlstate:
+                raise
+            return
+        if fault.expect_sqlstate is not None:
+            raise FaultError(
+                f"the statement was to fail with SQLSTATE {fault.expect_sqlstate} as the "
+                f"incident's did, but it succeeded: {fault.sql[:200]}"
+            )
     finally:
         await conn.close(timeout=5)
 

@@ -132,18 +132,25 @@ async def _build_state(
         label="prep",
     )
     before = await _statement_marks(endpoint)
-    for i, op in enumerate(sc.preparation.construction):
-        t1 = time.monotonic()
-        if isinstance(op, SqlFault):  # {param}, {seed}, {date} as in the fixture's SQL
-            op = op.model_copy(update={"sql": construction_sql(sc, lib, op.sql)})
-        await run_fault(op, ctx)
-        trace.write(
-            PhaseRecord(
-                phase="construction",
-                duration_s=time.monotonic() - t1,
-                detail={"index": i, "kind": op.kind},
+    # A live actor (a held transaction) stays in place for the steps after it and ends, its
+    # session gone, when construction ends: the incident's bystanders, not part of the state.
+    async with anyio.create_task_group() as bystanders:
+        for i, op in enumerate(sc.preparation.construction):
+            t1 = time.monotonic()
+            if isinstance(op, SqlFault):  # {param}, {seed}, {date} as in the fixture's SQL
+                op = op.model_copy(update={"sql": construction_sql(sc, lib, op.sql)})
+            if op.live:
+                await bystanders.start(run_fault, op, ctx)
+            else:
+                await run_fault(op, ctx)
+            trace.write(
+                PhaseRecord(
+                    phase="construction",
+                    duration_s=time.monotonic() - t1,
+                    detail={"index": i, "kind": op.kind},
+                )
             )
-        )
+        bystanders.cancel_scope.cancel()
     await _forget_construction(endpoint, before)
     failed = []
     for check in sc.preparation.preconditions:

@@ -16,7 +16,7 @@ import polars as pl
 from dbaops.dbms.sessions import CONNECTION_ERRORS, SERVER_ERRORS, RunEndpoint
 from dbaops.dbms.survey import survey_probes
 from dbaops.engine.metrics_registry import JUDGE_ONLY_METRICS
-from dbaops.evaluation.difficulty import DifficultySpec, is_probe_name
+from dbaops.evaluation.difficulty import STANDARD, DifficultySpec, is_probe_name
 from dbaops.record.kinds import MetricSeriesCount, SurveyProbe, SurveyRecord
 
 #: The most server-log lines a survey keeps (the newest); the total is recorded too.
@@ -29,7 +29,8 @@ PROBE_TIMEOUT_S = 30.0
 
 def surface_queries(engine: str, spec: DifficultySpec) -> dict[str, str]:
     """The SQL probes a scenario's sql modality declares: standard probes by name (every one
-    when it names none) and its own queries (named ``query1``, ``query2``, ... in order)."""
+    when it names none, or where it says ``standard``) and its own queries (named
+    ``query1``, ``query2``, ... in order)."""
     standard = survey_probes(engine)
     mspec = spec.modalities.get("sql")
     if mspec is None:
@@ -39,7 +40,9 @@ def surface_queries(engine: str, spec: DifficultySpec) -> dict[str, str]:
     out: dict[str, str] = {}
     own = 0
     for entry in mspec.surface:
-        if is_probe_name(entry):
+        if entry == STANDARD:
+            out.update(standard)
+        elif is_probe_name(entry):
             out[entry] = standard[entry]
         else:
             own += 1
@@ -60,8 +63,9 @@ def _text(value: Any) -> str:
 
 
 def row_text(values: tuple[Any, ...]) -> str:
-    """One result row as the unit text the causal pattern reads: ``v1 | v2 | ...``."""
-    return " | ".join(_text(v) for v in values)
+    """One result row as the unit text the causal pattern reads: ``v1 | v2 | ...`` on one
+    line (a value's line breaks become spaces)."""
+    return " | ".join(" ".join(_text(v).splitlines()) for v in values)
 
 
 def metric_series_counts(frame: pl.DataFrame, history_before_s: float) -> list[MetricSeriesCount]:

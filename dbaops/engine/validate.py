@@ -205,6 +205,12 @@ def _difficulty_verdict(
     label = label_difficulty(spec, records)
     if label.basis != "surface":
         return label, "the reference run recorded no survey of the observation surface"
+    blind = [m.modality for m in label.modalities if not m.declared and m.causal_units == 0]
+    if blind:
+        return label, (
+            f"the surveyed surface shows no causal unit in {', '.join(blind)}: the evidence "
+            "is not where the scenario says it is (declare the probe or query that shows it)"
+        )
     if sc.difficulty is not None and label.label != sc.difficulty:
         return label, (
             f"declared {sc.difficulty}, measured {label.label} (D={label.depth}, "

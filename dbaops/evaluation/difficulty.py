@@ -41,9 +41,9 @@ class ModalitySpec(BaseModel):
         default=None,
         min_length=1,
         description="sql: what the survey reads, each a standard probe's name (the engine's "
-        "first look: sessions, locks, tables, indexes, statements, settings, ...) or a "
-        "read-only query of the scenario's own (an EXPLAIN of the slow statement); default: "
-        "every standard probe",
+        "first look: sessions, locks, tables, indexes, statements, settings, ...), "
+        "'standard' (every one of them) or a read-only query of the scenario's own (an "
+        "EXPLAIN of the slow statement); default: every standard probe",
     )
 
     @model_validator(mode="after")
@@ -53,6 +53,10 @@ class ModalitySpec(BaseModel):
         if self.causal is not None:
             re.compile(self.causal)
         return self
+
+
+#: A ``surface`` entry standing for every standard probe of the engine.
+STANDARD = "standard"
 
 
 def is_probe_name(entry: str) -> bool:

@@ -6,9 +6,10 @@ unknown fault fails at load time with the known alternatives.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dbaops.containers.machine import PartitionMode
 from dbaops.workloads.spec import StrictModel
@@ -37,6 +38,25 @@ class SqlFault(_Fault):
     application_name: str = "psql"
     sql: str
     in_transaction: bool = False
+    settings: dict[str, str] = Field(
+        default_factory=dict,
+        description="session settings (SET name = value) before the statement, e.g. the "
+        "lock_timeout an interrupted migration ran with",
+    )
+    expect_sqlstate: str | None = Field(
+        default=None,
+        pattern=r"^[0-9A-Z]{4,5}$",
+        description="the statement must fail with this SQLSTATE (TiDB: error number), as the "
+        "incident's did (55P03: a lock timeout cut it off); the step fails if it succeeds or "
+        "fails otherwise",
+    )
+
+    @model_validator(mode="after")
+    def _setting_names(self) -> SqlFault:
+        bad = [n for n in self.settings if not re.fullmatch(r"[a-z_][a-z0-9_.]*", n)]
+        if bad:
+            raise ValueError(f"settings: {bad} are not setting names")
+        return self
 
 
 class HoldTransaction(_Fault):

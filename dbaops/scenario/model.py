@@ -268,7 +268,12 @@ class History(StrictModel):
 class Preparation(StrictModel):
     """Construction operations, preconditions, live activation actors, manifestation predicates."""
 
-    construction: list[FaultSpec] = Field(default_factory=list)
+    construction: list[FaultSpec] = Field(
+        default_factory=list,
+        description="steps that leave the dirty state, run once and kept in the snapshot; a "
+        "live actor among them (a held transaction) stays for the steps after it and ends "
+        "with construction",
+    )
     preconditions: list[CheckSpec] = Field(default_factory=list)
     activation: list[FaultSpec] = Field(default_factory=list)
     manifestation: list[CheckSpec] = Field(default_factory=list)
@@ -515,14 +520,14 @@ class Scenario(StrictModel):
     def _surface_probes_exist(self) -> None:
         """A survey probe the engine does not have is refused (names, not guesses)."""
         from dbaops.dbms.survey import survey_probes
-        from dbaops.evaluation.difficulty import is_probe_name
+        from dbaops.evaluation.difficulty import STANDARD, is_probe_name
 
         spec = self.evaluation.difficulty
         sql = spec.modalities.get("sql") if spec is not None else None
         if sql is None or sql.surface is None:
             return
         known = survey_probes(self.engine)
-        unknown = [e for e in sql.surface if is_probe_name(e) and e not in known]
+        unknown = [e for e in sql.surface if is_probe_name(e) and e != STANDARD and e not in known]
         if unknown:
             raise ValueError(
                 f"evaluation.difficulty.modalities.sql.surface: {self.engine} has no probes "
