@@ -127,6 +127,9 @@ class DatabaseServer(Protocol):
 class MetricSource(Protocol):
     """A metric sampler a run starts: samples into Parquet parts, with an in-memory view."""
 
+    #: The successful samples so far.
+    samples: int
+
     async def run(self) -> None: ...
 
     def snapshot(self) -> pl.DataFrame:
@@ -190,10 +193,12 @@ class DatabaseEngine(ABC):
         clock: ScenarioClock,
         parts: ParquetParts,
         agent_role: str | None = None,
+        interval_s: float = 1.0,
     ) -> MetricSource:
-        """The harness's metric sampler of ``database`` (hidden from the agent); with
-        ``agent_role``, where the engine can tell, how many sessions wait on the agent's
-        locks (``locks.blocked_by_agent``, for the judge only)."""
+        """The harness's metric sampler of ``database`` (hidden from the agent), sampling every
+        ``interval_s`` scenario seconds; with ``agent_role``, where the engine can tell, how
+        many sessions wait on the agent's locks (``locks.blocked_by_agent``, for the judge
+        only)."""
 
     @abstractmethod
     def log_line_stamp(self, line: str) -> tuple[float, int] | None:

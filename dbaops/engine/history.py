@@ -3,11 +3,13 @@
 During preparation, before the construction operations inject the fault, the scenario's OLTP
 and background workloads and its periodic OLAP jobs (dashboards; one-off jobs belong to the
 incident) run against the clean fixture for ``preparation.history.duration_s``
-scenario seconds, compressed by its own ``scale``. What that leaves inside the server (the
-statistics views, ``pg_stat_statements``) goes into the dirty snapshot with everything else;
-the metric samples and SLO samples it produced are kept beside the snapshot and copied into
-every run, shifted to end where the run's warm-up begins. So the agent's ``query_metrics`` and
-the views it queries show how the system behaved before the incident.
+scenario seconds, compressed by its own ``scale``, sampled by the engine's own metric sampler
+every ``sample_every_s`` scenario seconds. What that leaves inside the server goes into the
+dirty snapshot with everything else (PostgreSQL: the statistics views, ``pg_stat_statements``;
+TiDB: what its store persists, not the statements summary it keeps in memory); the metric
+samples and SLO samples it produced are kept beside the snapshot and copied into every run,
+shifted to end where the run's warm-up begins. So the agent's ``query_metrics`` and the views
+it queries show how the system behaved before the incident.
 
 Not carried over: server-log lines (their timestamps are the preparation's wall clock).
 """
@@ -22,8 +24,7 @@ import anyio
 import polars as pl
 
 from dbaops.clock import ScenarioClock
-from dbaops.dbms.postgres.endpoint import Endpoint
-from dbaops.dbms.postgres.sampler import harness_sampler
+from dbaops.dbms.interface import DatabaseEngine, DatabaseServer
 from dbaops.dbms.sessions import RunEndpoint
 from dbaops.record.layout import METRICS_FILE, METRICS_PARTS, SAMPLES_FILE, SAMPLES_PARTS
 from dbaops.record.tables import METRIC_SCHEMA, SAMPLE_SCHEMA, ParquetParts, read_parts
@@ -53,20 +54,23 @@ def effective_history(sc: Scenario, override_s: float | None) -> History | None:
 async def record_history(
     sc: Scenario,
     lib: WorkloadLibrary,
-    endpoint: RunEndpoint,
+    engine: DatabaseEngine,
+    server: DatabaseServer,
     history: History,
     out_dir: Path,
 ) -> dict[str, Any]:
-    """Run the history against ``endpoint`` and write its metrics and samples to ``out_dir``
-    (history time runs from ``-duration_s`` to 0); returns a summary for the trace."""
-    if not isinstance(endpoint, Endpoint):
-        raise ValueError("a workload history is recorded on PostgreSQL only (not yet on TiDB)")
+    """Run the history against the library's database on ``server`` (sampled by ``engine``'s
+    metric sampler) and write its metrics and samples to ``out_dir`` (history time runs from
+    ``-duration_s`` to 0); returns a summary for the trace."""
     _fresh_dir(out_dir)
     clock = ScenarioClock(time_scale=history.scale)
+    endpoint: RunEndpoint = server.for_database(lib.database)
     sample_parts = ParquetParts(out_dir / SAMPLES_PARTS, out_dir / SAMPLES_FILE, SAMPLE_SCHEMA)
     metric_parts = ParquetParts(out_dir / METRICS_PARTS, out_dir / METRICS_FILE, METRIC_SCHEMA)
     sink = SampleSink(sample_parts, recent_s=60.0)
-    sampler = harness_sampler(endpoint, clock, metric_parts, interval_s=history.sample_every_s)
+    sampler = engine.metric_sampler(
+        server, lib.database, clock, metric_parts, interval_s=history.sample_every_s
+    )
     process = await DriverProcess.spawn()
     try:
         await process.ready()

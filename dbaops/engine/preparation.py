@@ -24,6 +24,7 @@ from dbaops.dbms.postgres.statements import (
     forget_statements_since,
     statement_counts,
 )
+from dbaops.dbms.registry import get_engine
 from dbaops.dbms.sessions import RunEndpoint
 from dbaops.dbms.tidb.endpoint import TidbEndpoint, quote_literal
 from dbaops.dbms.tidb.engine import TidbBackend
@@ -113,12 +114,10 @@ async def _build_state(
         build_s = await build_fixture(admin, lib, params, sc.database.seed, day)
     trace.write(PhaseRecord(phase="build_fixture", duration_s=build_s, detail={"params": params}))
     history_summary: dict[str, Any] | None = None
-    if history is not None and isinstance(backend, TidbBackend):
-        raise ValueError("a workload history is recorded on PostgreSQL only (not yet on TiDB)")
-    if history is not None and cluster is not None:  # (no history without the embedded cluster)
+    if history is not None and cluster is not None:  # (no history without the embedded server)
         t1 = time.monotonic()
         history_summary = await record_history(
-            sc, lib, endpoint, history, cluster.root / "history-staging"
+            sc, lib, get_engine(sc.engine), backend, history, cluster.root / "history-staging"
         )
         trace.write(
             PhaseRecord(phase="history", duration_s=time.monotonic() - t1, detail=history_summary)

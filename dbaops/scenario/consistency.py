@@ -96,8 +96,6 @@ def _tidb_problems(
         return problems
     if sc.database.replica is not None:
         problems.append("database.replica: TiDB scenarios have no standby")
-    if sc.preparation.history is not None:
-        problems.append("preparation.history: a workload history is recorded on PostgreSQL only")
     if sc.backend == "docker":
         problems.append("backend: TiDB runs on the embedded backend only")
     for where, model in parts:

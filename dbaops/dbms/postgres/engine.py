@@ -98,9 +98,10 @@ class PostgresEngine(DatabaseEngine):
         clock: ScenarioClock,
         parts: ParquetParts,
         agent_role: str | None = None,
+        interval_s: float = 1.0,
     ) -> MetricSampler:
         endpoint = postgres_server(server).for_database(database)
-        return harness_sampler(endpoint, clock, parts, agent_role=agent_role)
+        return harness_sampler(endpoint, clock, parts, interval_s=interval_s, agent_role=agent_role)
 
     def log_line_stamp(self, line: str) -> tuple[float, int] | None:
         return log_line_stamp(line)

@@ -245,8 +245,10 @@ class TidbEngine(DatabaseEngine):
         clock: ScenarioClock,
         parts: ParquetParts,
         agent_role: str | None = None,
+        interval_s: float = 1.0,
     ) -> TidbMetricSampler:
-        return TidbMetricSampler(tidb_server(server).admin, clock, parts)  # (no lock waits yet)
+        admin = tidb_server(server).admin  # (no lock waits by role yet)
+        return TidbMetricSampler(admin, clock, parts, interval_s=interval_s)
 
     def log_line_stamp(self, line: str) -> tuple[float, int] | None:
         return log_line_stamp(line)
