@@ -166,3 +166,25 @@ async def test_every_postgres_probe_reads_a_live_server(
     finally:
         await holder.close()
         await setup.close()
+
+
+@pytest.mark.anyio
+async def test_a_server_that_does_not_answer_leaves_a_survey_of_errors() -> None:
+    from dbaops.dbms.postgres.endpoint import Endpoint
+
+    spec = DifficultySpec(
+        path=["a", "b"], modalities={"sql": {"causal": "x"}, "log": {"causal": "shut down"}}
+    )
+    survey = await take_survey(
+        "postgres",
+        spec,
+        Endpoint(host="127.0.0.1", port=1, database="unused"),
+        t_scn=0.0,
+        history_before_s=-60.0,
+        metrics=pl.DataFrame(),
+        log_lines=["LOG: database system is shut down"],
+    )
+    assert set(survey.sql) == set(SURVEY_PROBES)
+    assert all(p.error and p.error.startswith("no session") for p in survey.sql.values())
+    label = label_difficulty(spec, [survey])
+    assert [(m.causal_units, m.competing_units) for m in label.modalities] == [(0, 0), (1, 0)]

@@ -111,7 +111,13 @@ async def take_survey(
     record = SurveyRecord(t_scn=t_scn)
     if "sql" in spec.modalities:
         queries = surface_queries(engine, spec)
-        conn = await endpoint.probe_session("postgres", None, login=False)
+        try:
+            conn = await endpoint.probe_session("postgres", None, login=False)
+        except (*CONNECTION_ERRORS, *SERVER_ERRORS, OSError, TimeoutError) as exc:
+            # the server does not answer (the incident may be that): nothing to read
+            for name, query in queries.items():
+                record.sql[name] = SurveyProbe(query=query, error=f"no session: {exc}"[:300])
+            return _rest(record, spec, metrics, log_lines, history_before_s)
         try:
             for name, query in queries.items():
                 probe = SurveyProbe(query=query)
@@ -129,6 +135,17 @@ async def take_survey(
                 await conn.close(timeout=5)
             except (*CONNECTION_ERRORS, TimeoutError):
                 pass
+    return _rest(record, spec, metrics, log_lines, history_before_s)
+
+
+def _rest(
+    record: SurveyRecord,
+    spec: DifficultySpec,
+    metrics: pl.DataFrame,
+    log_lines: list[str],
+    history_before_s: float,
+) -> SurveyRecord:
+    """The log and metric modalities of a survey (read from what the harness holds)."""
     if "log" in spec.modalities:
         record.log_lines = [ln for ln in log_lines if ln.strip()][-MAX_LOG_LINES:]
         record.log_lines_total = sum(1 for ln in log_lines if ln.strip())
