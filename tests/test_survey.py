@@ -99,6 +99,26 @@ def test_the_sql_surface_is_the_standard_probes_or_the_ones_named() -> None:
         modalities={"sql": {"causal": "x", "surface": ["standard", "EXPLAIN SELECT 1"]}},
     )
     assert surface_queries("postgres", wider) == {**SURVEY_PROBES, "query1": "EXPLAIN SELECT 1"}
+    standby = DifficultySpec(
+        path=["a", "b"],
+        modalities={"sql": {"causal": "x", "surface": ["sessions", "standby: settings"]}},
+    )
+    assert surface_queries("postgres", standby) == {
+        "sessions": SURVEY_PROBES["sessions"],
+        "standby:settings": SURVEY_PROBES["settings"],
+    }
+
+
+def test_a_standby_entry_needs_the_replica_profile(tmp_path: Path) -> None:
+    raw = yaml.safe_load((timelines_dir() / "pg-sf-01.yaml").read_text())
+    raw["evaluation"]["difficulty"]["modalities"]["sql"] = {
+        "causal": "x",
+        "surface": ["standby: settings"],
+    }
+    path = tmp_path / "pg-sf-01.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ScenarioError, match="needs database.replica"):
+        load_scenario(path)
 
 
 def test_an_unknown_probe_is_refused_with_the_field_and_the_choices(tmp_path: Path) -> None:

@@ -826,6 +826,7 @@ async def _survey(ctx: RunContext, prepared: Prepared, kit: Equipment) -> None:
         history_before_s=history_before,
         metrics=metrics,
         log_lines=lines,
+        standby=prepared.standby_endpoint,
     )
     ctx.trace.write(record)
 

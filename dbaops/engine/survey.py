@@ -16,7 +16,13 @@ import polars as pl
 from dbaops.dbms.sessions import CONNECTION_ERRORS, SERVER_ERRORS, RunEndpoint
 from dbaops.dbms.survey import survey_probes
 from dbaops.engine.metrics_registry import JUDGE_ONLY_METRICS
-from dbaops.evaluation.difficulty import STANDARD, DifficultySpec, is_probe_name
+from dbaops.evaluation.difficulty import (
+    STANDARD,
+    STANDBY_PREFIX,
+    DifficultySpec,
+    is_probe_name,
+    split_server,
+)
 from dbaops.record.kinds import MetricSeriesCount, SurveyProbe, SurveyRecord
 
 #: The most server-log lines a survey keeps (the newest); the total is recorded too.
@@ -30,7 +36,8 @@ PROBE_TIMEOUT_S = 30.0
 def surface_queries(engine: str, spec: DifficultySpec) -> dict[str, str]:
     """The SQL probes a scenario's sql modality declares: standard probes by name (every one
     when it names none, or where it says ``standard``) and its own queries (named
-    ``query1``, ``query2``, ... in order)."""
+    ``query1``, ``query2``, ... in order); an entry prefixed ``standby:`` reads the replica
+    profile's standby, and its name keeps the prefix."""
     standard = survey_probes(engine)
     mspec = spec.modalities.get("sql")
     if mspec is None:
@@ -39,14 +46,16 @@ def surface_queries(engine: str, spec: DifficultySpec) -> dict[str, str]:
         return dict(standard)
     out: dict[str, str] = {}
     own = 0
-    for entry in mspec.surface:
+    for raw in mspec.surface:
+        server, entry = split_server(raw)
+        prefix = f"{STANDBY_PREFIX}" if server == "standby" else ""
         if entry == STANDARD:
-            out.update(standard)
+            out.update({prefix + name: sql for name, sql in standard.items()})
         elif is_probe_name(entry):
-            out[entry] = standard[entry]
+            out[prefix + entry] = standard[entry]
         else:
             own += 1
-            out[f"query{own}"] = entry
+            out[f"{prefix}query{own}"] = entry
     return out
 
 
@@ -105,19 +114,37 @@ async def take_survey(
     history_before_s: float,
     metrics: pl.DataFrame,
     log_lines: list[str],
+    standby: RunEndpoint | None = None,
 ) -> SurveyRecord:
-    """Read the surface ``spec`` declares: the SQL probes on ``endpoint`` (as the harness),
-    the server-log lines given, the metric series given."""
+    """Read the surface ``spec`` declares: the SQL probes on ``endpoint`` (and ``standby``,
+    for ``standby:`` entries) as the harness, the server-log lines given, the metric series
+    given."""
     record = SurveyRecord(t_scn=t_scn)
     if "sql" in spec.modalities:
         queries = surface_queries(engine, spec)
+        on_standby = {n: q for n, q in queries.items() if n.startswith(STANDBY_PREFIX)}
+        on_primary = {n: q for n, q in queries.items() if n not in on_standby}
+        await _read_probes(record, endpoint, on_primary)
+        if on_standby and standby is None:
+            for name, query in on_standby.items():
+                record.sql[name] = SurveyProbe(query=query, error="the run has no standby")
+        elif on_standby and standby is not None:
+            await _read_probes(record, standby, on_standby)
+    return _rest(record, spec, metrics, log_lines, history_before_s)
+
+
+async def _read_probes(
+    record: SurveyRecord, endpoint: RunEndpoint, queries: dict[str, str]
+) -> None:
+    """Run ``queries`` on ``endpoint`` from one hidden harness session into ``record``."""
+    if queries:
         try:
             conn = await endpoint.probe_session("postgres", None, login=False)
         except (*CONNECTION_ERRORS, *SERVER_ERRORS, OSError, TimeoutError) as exc:
             # the server does not answer (the incident may be that): nothing to read
             for name, query in queries.items():
                 record.sql[name] = SurveyProbe(query=query, error=f"no session: {exc}"[:300])
-            return _rest(record, spec, metrics, log_lines, history_before_s)
+            return
         try:
             for name, query in queries.items():
                 probe = SurveyProbe(query=query)
@@ -135,7 +162,6 @@ async def take_survey(
                 await conn.close(timeout=5)
             except (*CONNECTION_ERRORS, TimeoutError):
                 pass
-    return _rest(record, spec, metrics, log_lines, history_before_s)
 
 
 def _rest(

@@ -43,7 +43,8 @@ class ModalitySpec(BaseModel):
         description="sql: what the survey reads, each a standard probe's name (the engine's "
         "first look: sessions, locks, tables, indexes, statements, settings, ...), "
         "'standard' (every one of them) or a read-only query of the scenario's own (an "
-        "EXPLAIN of the slow statement); default: every standard probe",
+        "EXPLAIN of the slow statement), each read on the standby when prefixed 'standby:'; "
+        "default: every standard probe",
     )
 
     @model_validator(mode="after")
@@ -57,6 +58,15 @@ class ModalitySpec(BaseModel):
 
 #: A ``surface`` entry standing for every standard probe of the engine.
 STANDARD = "standard"
+#: The prefix of a ``surface`` entry read on the replica profile's standby.
+STANDBY_PREFIX = "standby:"
+
+
+def split_server(entry: str) -> tuple[str, str]:
+    """``(server, entry)`` of a ``surface`` entry (``standby:settings`` -> standby)."""
+    if entry.startswith(STANDBY_PREFIX):
+        return "standby", entry[len(STANDBY_PREFIX) :].strip()
+    return "primary", entry
 
 
 def is_probe_name(entry: str) -> bool:

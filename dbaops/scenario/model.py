@@ -520,14 +520,20 @@ class Scenario(StrictModel):
     def _surface_probes_exist(self) -> None:
         """A survey probe the engine does not have is refused (names, not guesses)."""
         from dbaops.dbms.survey import survey_probes
-        from dbaops.evaluation.difficulty import STANDARD, is_probe_name
+        from dbaops.evaluation.difficulty import STANDARD, is_probe_name, split_server
 
         spec = self.evaluation.difficulty
         sql = spec.modalities.get("sql") if spec is not None else None
         if sql is None or sql.surface is None:
             return
         known = survey_probes(self.engine)
-        unknown = [e for e in sql.surface if is_probe_name(e) and e != STANDARD and e not in known]
+        entries = [split_server(e) for e in sql.surface]
+        if any(server == "standby" for server, _ in entries) and self.database.replica is None:
+            raise ValueError(
+                "evaluation.difficulty.modalities.sql.surface: a standby: entry needs "
+                "database.replica (the scenario has no standby)"
+            )
+        unknown = [e for _, e in entries if is_probe_name(e) and e != STANDARD and e not in known]
         if unknown:
             raise ValueError(
                 f"evaluation.difficulty.modalities.sql.surface: {self.engine} has no probes "
