@@ -123,6 +123,29 @@ async def test_an_interrupted_concurrent_index_build_is_made_for_real(
         )
 
 
+async def test_server_timers_are_written_in_scenario_time(own_cluster: PostgresCluster) -> None:
+    from dbaops.engine.scaled_settings import apply_scaled_settings
+
+    sc = load_scenario("pg-sf-01")[0]
+    sc = sc.model_copy(
+        update={
+            "database": sc.database.model_copy(
+                update={"scaled_settings": {"max_standby_streaming_delay": 30.0}}
+            )
+        }
+    )
+    trace = RecordList()
+    await apply_scaled_settings(sc, cluster_actor_context(own_cluster, trace), 0.05, trace)
+    value, source = await _setting(own_cluster, "max_standby_streaming_delay")
+    assert value == "1500ms" and source is not None and source.endswith("/postgresql.conf")
+    await apply_scaled_settings(sc, cluster_actor_context(own_cluster, trace), 1.0, trace)
+    assert (await _setting(own_cluster, "max_standby_streaming_delay"))[0] == "30000ms"
+    await run_fault(
+        EditConfig(file="postgresql.conf", comment_out=r"^max_standby_streaming_delay = "),
+        cluster_actor_context(own_cluster, trace),
+    )
+
+
 async def test_a_hand_edit_of_postgresql_conf_takes_effect_on_reload(
     own_cluster: PostgresCluster,
 ) -> None:

@@ -53,6 +53,7 @@ from dbaops.engine.actors import ActorContext, StandbyAccess, run_fault
 from dbaops.engine.checks import CheckSources, ledger_baselines
 from dbaops.engine.history import effective_history, load_history
 from dbaops.engine.preparation import NotManifested, RunBackend, await_standby, prepare_state
+from dbaops.engine.scaled_settings import apply_scaled_settings
 from dbaops.engine.serverlog import ServerLogFollower
 from dbaops.engine.state_probe import StateProbe
 from dbaops.engine.survey import take_survey
@@ -678,6 +679,9 @@ async def _timeline(
 
     agent_run = _AgentRun()
     await kit.agent_tools.open()
+    # The scenario's server timers in scenario time, before the state is first read (they are
+    # part of the baseline, not a change of the agent's).
+    await apply_scaled_settings(sc, kit.actors, ctx.options.time_scale, trace)
     probe = StateProbe(endpoint, clock, trace)
     # Before any live fault (one may take the server down): the baseline when the agent's
     # start cannot be read.
@@ -839,6 +843,7 @@ SCALED_DURATIONS = [
     "the agent's time budget",
     "warm-up",
     "fault and hold durations",
+    "the scenario's server timers (scaled_settings)",
     "SLO and check windows",
     "the verification window",
 ]

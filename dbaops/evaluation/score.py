@@ -336,7 +336,7 @@ def score_loaded_run(run: RunData) -> RunVerdict:
         restorable_gucs=scenario_changed_gucs(faults, sc.database.settings, role_level=False),
         restorable_role_gucs=scenario_changed_role_gucs(faults),
         superuser_roles=[r.name for r in sc.database.extend.roles if r.superuser],
-        baseline_gucs=list(sc.database.settings),
+        baseline_gucs=[*sc.database.settings, *sc.database.scaled_settings],
         dialect=get_engine(sc.engine).dialect,  # the SQL the scenario's engine speaks
         blocking=_agent_blocking(run_dir, header.time_scale if header else 1.0),
     )

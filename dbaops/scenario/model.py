@@ -8,6 +8,7 @@ All times are scenario seconds; ``--time-scale`` compresses them, deadlines in m
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -227,6 +228,11 @@ class ReplicaSpec(StrictModel):
     synchronous: bool = Field(
         default=False, description="the primary names it in synchronous_standby_names"
     )
+    scaled_settings: dict[str, float] = Field(
+        default_factory=dict,
+        description="the standby's server timers, in scenario seconds (see "
+        "database.scaled_settings)",
+    )
 
 
 class DatabaseSpec(StrictModel):
@@ -235,6 +241,13 @@ class DatabaseSpec(StrictModel):
     library: str = Field(description="workload library id (workloads/<id>.yaml)")
     params: dict[str, int] = Field(default_factory=dict)
     settings: dict[str, str] = Field(default_factory=dict, description="extra postgresql.conf")
+    scaled_settings: dict[str, float] = Field(
+        default_factory=dict,
+        description="server timers the scenario relies on, in scenario seconds (e.g. "
+        "max_standby_streaming_delay: 30): every run writes each into postgresql.conf as the "
+        "value × --time-scale, in milliseconds, and reloads, so a compressed run's server waits "
+        "as long in scenario time as a real one (a run at 0.05 shows 1500ms for 30)",
+    )
     seed: int = 42
     date: dt.date = Field(
         default=DEFAULT_SCENARIO_DATE,
@@ -497,6 +510,7 @@ class Scenario(StrictModel):
                     )
         self._jobs_start_in_the_run()
         self._surface_probes_exist()
+        self._scaled_settings_are_postgres_timers()
         alt_names = [a.name for a in self.alternatives]
         if None in alt_names:
             raise ValueError("alternatives: every alternative solution needs a name")
@@ -516,6 +530,25 @@ class Scenario(StrictModel):
                     f"(workloads: {', '.join(names) or 'none'})"
                 )
         return self
+
+    def _scaled_settings_are_postgres_timers(self) -> None:
+        """Scaled settings are written into postgresql.conf: PostgreSQL only, setting names."""
+        timers = dict(self.database.scaled_settings)
+        replica = self.database.replica
+        if replica is not None:
+            timers.update(replica.scaled_settings)
+        if not timers:
+            return
+        if self.engine != "postgres":
+            raise ValueError("database.scaled_settings: server timers are PostgreSQL settings")
+        bad = [n for n in timers if not re.fullmatch(r"[a-z_][a-z0-9_.]*", n)]
+        if bad:
+            raise ValueError(f"database.scaled_settings: {bad} are not setting names")
+        both = set(self.database.settings) & set(self.database.scaled_settings)
+        if replica is not None:
+            both |= set(replica.settings) & set(replica.scaled_settings)
+        if both:
+            raise ValueError(f"database: {sorted(both)} are both settings and scaled_settings")
 
     def _surface_probes_exist(self) -> None:
         """A survey probe the engine does not have is refused (names, not guesses)."""
