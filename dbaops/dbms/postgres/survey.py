@@ -42,7 +42,7 @@ SURVEY_PROBES: dict[str, str] = {
         "FROM public.pg_stat_statements s ORDER BY s.total_exec_time DESC LIMIT 25"
     ),
     "settings": (
-        "SELECT s.name, s.setting, s.unit, s.source FROM pg_catalog.pg_settings s "
+        "SELECT s.name, s.setting, s.unit, s.source, s.sourcefile FROM pg_catalog.pg_settings s "
         "WHERE s.source NOT IN ('default', 'override', 'client') ORDER BY s.name LIMIT 300"
     ),
     "role_settings": (
