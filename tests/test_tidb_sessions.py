@@ -217,6 +217,11 @@ async def test_every_survey_probe_reads_the_embedded_server(server: TidbServer) 
     from dbaops.evaluation.difficulty import DifficultySpec
 
     spec = DifficultySpec(path=["a", "b"], modalities={"sql": {"causal": "shop"}})
+    admin = await server.endpoint("shop").harness_connect()
+    try:
+        await admin.execute("SET GLOBAL max_execution_time = 20")
+    finally:
+        await admin.close()
     survey = await take_survey(
         "tidb",
         spec,
@@ -229,3 +234,10 @@ async def test_every_survey_probe_reads_the_embedded_server(server: TidbServer) 
     assert set(survey.sql) == set(SURVEY_PROBES)
     assert {n: p.error for n, p in survey.sql.items() if p.error} == {}
     assert any(row.startswith("t | shop") for row in survey.sql["tables"].rows)
+    # the GLOBAL value, not the survey session's own
+    assert "max_execution_time | 20 | 0" in survey.sql["settings"].rows
+    admin = await server.endpoint("shop").harness_connect()
+    try:
+        await admin.execute("SET GLOBAL max_execution_time = 0")
+    finally:
+        await admin.close()

@@ -40,9 +40,14 @@ SURVEY_PROBES: dict[str, str] = {
         f"FROM information_schema.tidb_indexes WHERE TABLE_SCHEMA NOT IN {_SYSTEM_SCHEMAS} "
         "ORDER BY TABLE_NAME, KEY_NAME, SEQ_IN_INDEX LIMIT 300"
     ),
+    # GLOBAL values (the survey's own session has the harness's limits; variables_info's
+    # CURRENT_VALUE would show those), tidb_config (one huge JSON document) left out
     "settings": (
-        "SELECT VARIABLE_NAME, CURRENT_VALUE, DEFAULT_VALUE FROM information_schema.variables_info "
-        "WHERE CURRENT_VALUE <> DEFAULT_VALUE ORDER BY VARIABLE_NAME LIMIT 300"
+        "SELECT g.VARIABLE_NAME, g.VARIABLE_VALUE, v.DEFAULT_VALUE "
+        "FROM mysql.global_variables g JOIN information_schema.variables_info v "
+        "ON v.VARIABLE_NAME = g.VARIABLE_NAME "
+        "WHERE g.VARIABLE_VALUE <> v.DEFAULT_VALUE AND g.VARIABLE_NAME <> 'tidb_config' "
+        "ORDER BY g.VARIABLE_NAME LIMIT 300"
     ),
     "bindings": (
         "SELECT LEFT(original_sql, 120) AS original_sql, LEFT(bind_sql, 160) AS bind_sql, status "
