@@ -13,8 +13,10 @@ from dbaops.engine.validation_report import (
     scenario_records,
     write_report,
 )
+from dbaops.evaluation.difficulty import DifficultySpec
 from dbaops.record.kinds import SurveyProbe, SurveyRecord
 from dbaops.scenario.loader import load_scenario
+from dbaops.scenario.model import Scenario
 
 
 def _row(scenario: str, solution: str, ok: bool = True, server: str = "15.18") -> ValidationRow:
@@ -36,9 +38,18 @@ def _row(scenario: str, solution: str, ok: bool = True, server: str = "15.18") -
     )
 
 
+def _with_difficulty(sc: Scenario, spec: DifficultySpec) -> Scenario:
+    return sc.model_copy(
+        update={"evaluation": sc.evaluation.model_copy(update={"difficulty": spec})}
+    )
+
+
 def test_a_declared_hard_label_the_reference_run_does_not_bear_out_fails_validation() -> None:
     sc, _, _ = load_scenario("pg-qt-01")
     assert sc.difficulty == "hard"
+    sc = _with_difficulty(
+        sc, DifficultySpec(path=["a", "b", "c", "d"], modalities={"sql": {"causal": "^orders"}})
+    )
     label, problem = _difficulty_verdict(sc, [])  # a reference run without a survey
     assert problem == "the reference run recorded no survey of the observation surface"
     calm = SurveyRecord(sql={"sessions": SurveyProbe(query="q", rows=["orders | 1"])})
@@ -65,6 +76,10 @@ def test_a_scenario_without_modalities_is_not_admitted() -> None:
 
 def test_a_surface_that_shows_no_causal_unit_is_not_admitted() -> None:
     sc, _, _ = load_scenario("pg-qt-01")
+    spec = DifficultySpec(
+        path=["a", "b", "c", "d"], modalities={"sql": {"causal": "orders_created_idx"}}
+    )
+    sc = _with_difficulty(sc, spec)
     blind = SurveyRecord(sql={"sessions": SurveyProbe(query="q", rows=["app | idle"] * 9)})
     _, problem = _difficulty_verdict(sc, [blind])
     assert problem is not None and "shows no causal unit in sql" in problem
