@@ -83,6 +83,14 @@ def test_a_surface_that_shows_no_causal_unit_is_not_admitted() -> None:
     blind = SurveyRecord(sql={"sessions": SurveyProbe(query="q", rows=["app | idle"] * 9)})
     _, problem = _difficulty_verdict(sc, [blind])
     assert problem is not None and "shows no causal unit in sql" in problem
+    typo = SurveyRecord(
+        sql={
+            "indexes": SurveyProbe(query="q", rows=["orders_created_idx | 1", "x | 2"]),
+            "query1": SurveyProbe(query="EXPLAIN SELEC 1", error="PostgresSyntaxError: x"),
+        }
+    )
+    _, problem = _difficulty_verdict(sc, [typo])
+    assert problem is not None and "1 probe(s) of the surveyed sql surface failed" in problem
     causal = [f"orders_created_idx | {i}" for i in range(2)]  # 2 causal rows, 6 competing
     rows = [*causal, *(f"other | {i}" for i in range(6))]
     survey = SurveyRecord(sql={"indexes": SurveyProbe(query="q", rows=rows)})

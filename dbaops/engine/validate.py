@@ -24,7 +24,7 @@ from dbaops.campaign.manifest import Manifest, PlannedRun
 from dbaops.campaign.spec import CampaignSpec
 from dbaops.engine.runner import RunOptions
 from dbaops.evaluation.difficulty import DifficultyLabel, label_difficulty
-from dbaops.record.kinds import Record
+from dbaops.record.kinds import Record, SurveyRecord
 from dbaops.record.load import load_run
 from dbaops.scenario.loader import load_scenario
 from dbaops.scenario.model import Scenario
@@ -205,6 +205,15 @@ def _difficulty_verdict(
     label = label_difficulty(spec, records)
     if label.basis != "surface":
         return label, "the reference run recorded no survey of the observation surface"
+    survey = next(r for r in records if isinstance(r, SurveyRecord))
+    sql = spec.modalities.get("sql")
+    failed = {n: p.error for n, p in survey.sql.items() if p.error}
+    if sql is not None and sql.declared is None and failed:
+        name, error = next(iter(failed.items()))
+        return label, (
+            f"{len(failed)} probe(s) of the surveyed sql surface failed ({name}: {error}): "
+            "the surface is not what the scenario declares"
+        )
     blind = [m.modality for m in label.modalities if not m.declared and m.causal_units == 0]
     if blind:
         return label, (
