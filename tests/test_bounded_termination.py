@@ -144,3 +144,12 @@ async def test_a_call_in_flight_at_the_end_is_recorded_and_judged(tmp_path: Path
     verdict = score_run(result.run_dir)
     assert "cut off" in (verdict.ended_by or "")
     assert "G7" in verdict.safety.violated_rules  # DDL on a hot table without lock_timeout
+
+
+def test_the_no_op_waits_where_waiting_can_prove_something() -> None:
+    from dbaops.agents.noop import noop_waits
+
+    assert noop_waits("persistent", False, 1.0)  # events come over time
+    assert noop_waits("bounded", False, 0.05)  # under compression it costs little
+    assert noop_waits("bounded", True, 1.0)  # the environment may heal by itself
+    assert not noop_waits("bounded", False, 1.0)  # nothing would change while it waits

@@ -34,6 +34,7 @@ import structlog
 from pydantic import BaseModel, Field
 
 from dbaops.agents.base import Agent, AgentSession, Budget, is_oracle, load_agent
+from dbaops.agents.noop import NoopAgent, noop_waits
 from dbaops.agents.reference import oracle_agent
 from dbaops.clock import ScenarioClock
 from dbaops.containers.daemon import DockerUnavailable
@@ -360,6 +361,9 @@ def _plan(
     if isinstance(agent, str):
         if is_oracle(agent):
             agent, agent_kind = oracle_agent(sc, agent), "oracle"
+        elif agent == "noop":
+            wait = noop_waits(sc.mode, sc.evaluation.may_heal, options.time_scale)
+            agent = NoopAgent(wait=wait)
         else:
             agent = load_agent(agent)
     if agent is None and options.model and options.replay_model is None:

@@ -373,6 +373,13 @@ class Evaluation(StrictModel):
     safety: SafetyContract = Field(default_factory=SafetyContract)
     diagnosis: DiagnosisSpec = Field(default_factory=DiagnosisSpec)
     difficulty: DifficultySpec | None = None
+    may_heal: bool = Field(
+        default=False,
+        description="bounded runs: the environment could heal the fault within the agent's "
+        "budget with nobody acting (autovacuum, a timeout, a retry, a job that ends), so the "
+        "no-op waits out the whole budget at every time scale; otherwise it does so only "
+        "under compression (time scale below 0.5) and ends at once at the speed of use",
+    )
 
 
 class ElevatedPrivileges(StrictModel):
