@@ -233,3 +233,24 @@ def _listening() -> dict[int, set[str]]:
             words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
             found.setdefault(int(port, 16), set()).add(str(ipaddress.ip_address(words)))
     return found
+
+
+def test_workers_on_a_fresh_home_copy_the_binary_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A campaign's workers on a fresh DBAOPS_HOME each make the service user's copy of the
+    binary at the same moment: every one gets it (a shared partial file made all but one fail)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dbaops.dbms.tidb.server import _accessible_binary
+
+    monkeypatch.setenv("DBAOPS_HOME", str(tmp_path / "home"))
+    binary = tmp_path / "private" / "tidb-server"
+    binary.parent.mkdir()
+    binary.write_bytes(os.urandom(8 * 1024 * 1024))
+    binary.chmod(0o700)
+    binary.parent.chmod(0o700)
+    with ThreadPoolExecutor(8) as pool:
+        copies = list(pool.map(lambda _: _accessible_binary(binary, "dbaops"), range(8)))
+    assert len(set(copies)) == 1 and copies[0].read_bytes() == binary.read_bytes()
+    assert [p.name for p in copies[0].parent.iterdir()] == [copies[0].name]  # no partial left

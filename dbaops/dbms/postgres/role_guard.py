@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import shutil
 import subprocess
 from importlib import resources
@@ -77,17 +78,24 @@ def guard_library(binaries: PgBinaries) -> Path:
             "here to build it (Debian: apt-get install gcc)"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    src = target.parent / "dbaops_guard.c"
+    # one source and one partial file per caller: campaign workers on a fresh cache build at
+    # once, and the last rename wins (each build is the same library)
+    own = f"{os.getpid()}-{secrets.token_hex(4)}"
+    src = target.parent / f"dbaops_guard-{own}.c"
+    partial = target.with_name(f"{target.name}.partial-{own}")
     src.write_bytes(source)
-    partial = target.with_suffix(".partial")
-    built = subprocess.run(
-        [compiler, "-O2", "-fPIC", "-shared", f"-I{include}", "-o", str(partial), str(src)],
-        capture_output=True,
-        text=True,
-    )
-    if built.returncode != 0:
-        raise GuardUnavailable(f"building the role guard failed: {built.stderr.strip()[:800]}")
-    partial.replace(target)
+    try:
+        built = subprocess.run(
+            [compiler, "-O2", "-fPIC", "-shared", f"-I{include}", "-o", str(partial), str(src)],
+            capture_output=True,
+            text=True,
+        )
+        if built.returncode != 0:
+            raise GuardUnavailable(f"building the role guard failed: {built.stderr.strip()[:800]}")
+        partial.replace(target)
+    finally:
+        src.unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
     return target
 
 

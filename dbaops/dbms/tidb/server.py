@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -100,10 +101,15 @@ def _accessible_binary(binary: Path, os_user: str | None) -> Path:
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(target.parent, 0o755)
-        partial = target.with_suffix(".partial")
-        shutil.copy2(binary, partial)
-        os.chmod(partial, 0o755)
-        partial.rename(target)
+        # one partial copy per caller: the workers of a campaign on a fresh home copy at
+        # once, and the last rename wins (each copy is the same binary)
+        partial = target.with_name(f"{target.name}.partial-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            shutil.copy2(binary, partial)
+            os.chmod(partial, 0o755)
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
     return target
 
 
