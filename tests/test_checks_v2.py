@@ -781,3 +781,23 @@ def test_a_baseline_must_end_before_the_first_fault(tmp_path: Path) -> None:
     sc, _, _ = load_scenario(_persistent(tmp_path, {"since_s": 30, "until_s": 120}))
     loaded = sc.evaluation.terminal[0]
     assert isinstance(loaded, WorkloadCheck) and loaded.baseline is not None
+
+
+def test_a_baseline_that_timed_out_whole_still_judges_a_latency_ratio() -> None:
+    """At the speed of use a broken baseline can time out whole (pg-qt-01 at 1.0): counted at
+    the time each unit waited (a lower bound), it still has a p95; a completed-only p95 has
+    none and the check could never pass."""
+    from dbaops.workloads.sink import censored_latency_stat, workload_stat
+
+    timed_out = pl.DataFrame(
+        {
+            "outcome": ["error"] * 9 + ["late"],
+            "error": ["client_timeout"] * 8 + ["boom", None],
+            "latency_ms": [5000.0] * 8 + [3.0, 2400.0],
+        }
+    )
+    assert workload_stat(timed_out.filter(pl.col("outcome") == "error"), "p95_ms") is None
+    base = censored_latency_stat(timed_out, "p95_ms")
+    assert base == pytest.approx(5000.0)  # the failed-fast unit ("boom") is not a latency
+    only_errors = timed_out.filter(pl.col("error") == "boom")
+    assert censored_latency_stat(only_errors, "p95_ms") is None

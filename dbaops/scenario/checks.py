@@ -79,7 +79,10 @@ class BaselineWindow(StrictModel):
 class _Relative(StrictModel):
     """A statistic compared with ``value`` directly, or (``relative_to: baseline``) as its
     ratio to the same statistic over the ``baseline`` window: ``p95_ms <= 2`` then means "at
-    most twice the pre-fault p95". 0 / 0 counts as a ratio of 1, x / 0 as infinite."""
+    most twice the pre-fault p95". 0 / 0 counts as a ratio of 1, x / 0 as infinite. A
+    latency ratio that must be small (``<``, ``<=``) counts the baseline's units the client
+    gave up on at the time they waited (a lower bound: the broken system was at least that
+    slow), so a baseline that timed out whole still judges."""
 
     relative_to: Literal["baseline"] | None = Field(
         default=None, description="'baseline': value is a ratio to the baseline statistic"

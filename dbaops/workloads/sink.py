@@ -214,6 +214,26 @@ class SampleSink:
             self.flush()
 
 
+#: The error a driver records for a unit the client gave up on (its timeout passed).
+CLIENT_TIMEOUT = "client_timeout"
+
+
+def censored_latency_stat(frame: pl.DataFrame, stat: str) -> float | None:
+    """A latency percentile over completed units **and** units the client gave up on, each
+    of those at the time it waited: a lower bound of the true percentile (the system was at
+    least that slow). A broken baseline whose every unit timed out has one, where
+    :func:`workload_stat` has none."""
+    done = frame.filter(
+        frame["outcome"].is_in(["on_time", "late"])
+        | (frame["error"].fill_null("") == CLIENT_TIMEOUT)
+    )
+    if done.height == 0:
+        return None
+    q = {"p50_ms": 0.5, "p95_ms": 0.95, "p99_ms": 0.99}[stat]
+    value = done["latency_ms"].quantile(q, interpolation="linear")
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
 def workload_stat(frame: pl.DataFrame, stat: str, sqlstate: str | None = None) -> float | None:
     """A summary statistic of samples (for workload checks and the live view).
 
