@@ -219,3 +219,20 @@ def test_validate_prints_every_reason_whole_when_its_output_is_not_a_terminal(
     _print_validation_rows(ValidationSummary(rows=[row], flips=[]))
     out = capsys.readouterr().out
     assert reason.strip() in out and "FAIL" in out and "blunt:cap-removed" in out
+
+
+def test_a_run_of_another_definition_does_not_prove_the_scenario(tmp_path: Path) -> None:
+    """A scenario edited while its validation runs: a run that used the other definition
+    fails its row, so the report never records a definition no run proved."""
+    from dbaops.engine.validate import _changed_since_run
+    from dbaops.scenario.loader import definition_key, timelines_dir
+
+    sc, lib, _ = load_scenario("pg-sf-01")
+    key = definition_key(sc, lib)
+    text = (timelines_dir() / "pg-sf-01.yaml").read_text()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "scenario.yaml").write_text(text)
+    assert _changed_since_run(key, run) is None
+    (run / "scenario.yaml").write_text(text.replace("time_budget_s: 900", "time_budget_s: 901"))
+    assert "changed during the validation" in (_changed_since_run(key, run) or "")

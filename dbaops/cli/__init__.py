@@ -720,6 +720,11 @@ def validate(
     if report is not None:
         from dbaops.engine.validation_report import read_report, scenario_records, write_report
 
+        # the definitions as they are now, which every run was checked against (a run that
+        # used another one failed its row)
+        definitions = {
+            sc.id: definition_key(sc, lib) for sc, lib, _ in (load_scenario(s) for s in scenarios)
+        }
         records = scenario_records(summary, declared, definitions, expected)
         merged = read_report(report).merged(records)
         library = {p.stem for p in report.glob("*.yaml")}

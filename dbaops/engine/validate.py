@@ -26,7 +26,7 @@ from dbaops.engine.runner import RunOptions
 from dbaops.evaluation.difficulty import DifficultyLabel, label_difficulty
 from dbaops.record.kinds import Record, SurveyRecord
 from dbaops.record.load import load_run
-from dbaops.scenario.loader import load_scenario
+from dbaops.scenario.loader import ScenarioError, definition_key, load_scenario
 from dbaops.scenario.model import Scenario
 
 
@@ -178,8 +178,12 @@ def validation_plan(
 
 def summarize_validation(spec: CampaignSpec, out: Path, manifest: Manifest) -> ValidationSummary:
     """Each run of a finished validation campaign judged against its expectation."""
-    scenarios = {ref: load_scenario(ref)[0] for ref in spec.scenarios}
-    rows = [_row(spec, scenarios[run.scenario], out, run) for run in manifest.runs]
+    loaded = {ref: load_scenario(ref) for ref in spec.scenarios}
+    scenarios = {ref: sc for ref, (sc, _, _) in loaded.items()}
+    keys = {ref: definition_key(sc, lib) for ref, (sc, lib, _) in loaded.items()}
+    rows = [
+        _row(spec, scenarios[run.scenario], out, run, keys[run.scenario]) for run in manifest.runs
+    ]
     return ValidationSummary(rows=rows, flips=_flips(rows))
 
 
@@ -228,9 +232,11 @@ def _difficulty_verdict(
     return label, None
 
 
-def _row(spec: CampaignSpec, sc: Scenario, out: Path, run: PlannedRun) -> ValidationRow:
-    """One planned run of scenario ``sc`` in the validation campaign, judged against its
-    expectation."""
+def _row(
+    spec: CampaignSpec, sc: Scenario, out: Path, run: PlannedRun, key: str | None = None
+) -> ValidationRow:
+    """One planned run of scenario ``sc`` (definition ``key`` now) in the validation
+    campaign, judged against its expectation."""
     solution = run.agent
     common = {
         "scenario": sc.id,
@@ -248,6 +254,9 @@ def _row(spec: CampaignSpec, sc: Scenario, out: Path, run: PlannedRun) -> Valida
     status = data.end.status if data.end else (run.status or "incomplete")
     outcome, safe = verdict.get("outcome_pass"), verdict.get("safe_pass")
     ok, reason = _judge(solution, status, outcome, safe)
+    changed = _changed_since_run(key, out / run.run_dir) if key is not None else None
+    if changed:
+        ok, reason = False, "; ".join(x for x in (reason, changed) if x)
     if status != "completed" and run.reason:
         reason = f"{reason}: {run.reason}"
     unapplied = [e.event_id for e in data.events if e.status == "failed"]
@@ -277,6 +286,21 @@ def _row(spec: CampaignSpec, sc: Scenario, out: Path, run: PlannedRun) -> Valida
         duration_s=duration,
         difficulty=label,
     )
+
+
+def _changed_since_run(key: str, run_dir: Path) -> str | None:
+    """Why the run does not prove the scenario as it is now (definition ``key``): its own
+    copy of the scenario has another definition (the file changed during the validation)."""
+    copy = run_dir / "scenario.yaml"
+    if not copy.exists():
+        return None  # (runs recorded before copies existed)
+    try:
+        ran, ran_lib, _ = load_scenario(copy)
+    except ScenarioError as exc:
+        return f"the run's scenario copy cannot be read: {exc}"[:300]
+    if definition_key(ran, ran_lib) != key:
+        return "the scenario changed during the validation (the run used another definition)"
+    return None
 
 
 def _server_version(engine: str, version: str | None) -> str | None:
