@@ -35,7 +35,7 @@ from dbaops.engine.history import record_history
 from dbaops.record.kinds import PhaseRecord
 from dbaops.record.trace import RecordSink
 from dbaops.scenario.consistency import construction_sql
-from dbaops.scenario.faults import SqlFault
+from dbaops.scenario.faults import HoldTransaction, SqlFault
 from dbaops.scenario.loader import preparation_key
 from dbaops.scenario.model import History, OlapWorkload, ReplicaSpec, Scenario
 from dbaops.workloads.drivers import result_hash
@@ -131,14 +131,15 @@ async def _build_state(
         label="prep",
     )
     before = await _statement_marks(endpoint)
-    # A live actor (a held transaction) stays in place for the steps after it and ends, its
-    # session gone, when construction ends: the incident's bystanders, not part of the state.
+    # A held transaction stays in place for the steps after it and ends, its session gone,
+    # when construction ends (the incident's bystander, not part of the state); every other
+    # step runs to its end, a load until its sessions stop (pg-sf-12 fills a volume so).
     async with anyio.create_task_group() as bystanders:
         for i, op in enumerate(sc.preparation.construction):
             t1 = time.monotonic()
             if isinstance(op, SqlFault):  # {param}, {seed}, {date} as in the fixture's SQL
                 op = op.model_copy(update={"sql": construction_sql(sc, lib, op.sql)})
-            if op.live:
+            if isinstance(op, HoldTransaction):
                 await bystanders.start(run_fault, op, ctx)
             else:
                 await run_fault(op, ctx)

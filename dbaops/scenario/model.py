@@ -284,8 +284,8 @@ class Preparation(StrictModel):
     construction: list[FaultSpec] = Field(
         default_factory=list,
         description="steps that leave the dirty state, run once and kept in the snapshot; a "
-        "live actor among them (a held transaction) stays for the steps after it and ends "
-        "with construction",
+        "held transaction among them stays for the steps after it and ends with "
+        "construction; every other step runs to its end",
     )
     preconditions: list[CheckSpec] = Field(default_factory=list)
     activation: list[FaultSpec] = Field(default_factory=list)
