@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -69,6 +70,21 @@ def _remove_containers() -> None:
 
     if daemon_unavailable() is None:
         anyio.run(remove_labelled, lambda root: root.startswith(f"{_HOME}/"))
+
+
+@pytest.fixture
+async def fresh_db(pg_cluster: PostgresCluster) -> AsyncIterator[str]:
+    """A new, empty database on the session's cluster, dropped afterwards (connections
+    allowed again first, for a test that disallowed them)."""
+    name = f"t_{uuid.uuid4().hex[:8]}"
+    admin = await pg_cluster.connect()
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+        yield name
+        await admin.execute(f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true")
+        await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    finally:
+        await admin.close()
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -27,19 +27,6 @@ from dbaops.record.layout import RunDir
 from dbaops.record.tables import METRIC_SCHEMA, ParquetParts, read_metrics
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def fresh_db(pg_cluster: PostgresCluster) -> AsyncIterator[str]:
-    name = f"metrics_{uuid.uuid4().hex[:8]}"
-    admin = await pg_cluster.connect()
-    try:
-        await admin.execute(f"CREATE DATABASE {name}")
-        yield name
-        await admin.execute(f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true")
-        await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
-    finally:
-        await admin.close()
 
 
 def _values(df: pl.DataFrame, metric: str, label: str | None = None) -> list[float]:

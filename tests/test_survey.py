@@ -3,8 +3,6 @@ run's wording): hand-computed labels from a survey record, and the probes on a r
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import polars as pl
@@ -132,24 +130,12 @@ def test_an_unknown_probe_is_refused_with_the_field_and_the_choices(tmp_path: Pa
     assert "modalities.sql.surface" in text and "tea_leaves" in text and "locks" in text
 
 
-@pytest.fixture
-async def busy_db(pg_cluster: PostgresCluster) -> AsyncIterator[str]:
-    name = f"survey_{uuid.uuid4().hex[:8]}"
-    admin = await pg_cluster.connect()
-    try:
-        await admin.execute(f"CREATE DATABASE {name}")
-        yield name
-        await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
-    finally:
-        await admin.close()
-
-
 @pytest.mark.anyio
 async def test_every_postgres_probe_reads_a_live_server(
-    pg_cluster: PostgresCluster, busy_db: str
+    pg_cluster: PostgresCluster, fresh_db: str
 ) -> None:
-    setup = await pg_cluster.connect(database=busy_db)
-    holder = await pg_cluster.connect(database=busy_db)
+    setup = await pg_cluster.connect(database=fresh_db)
+    holder = await pg_cluster.connect(database=fresh_db)
     try:
         await setup.execute(
             "CREATE EXTENSION IF NOT EXISTS pg_stat_statements;"
@@ -169,7 +155,7 @@ async def test_every_postgres_probe_reads_a_live_server(
         survey = await take_survey(
             "postgres",
             spec,
-            pg_cluster.endpoint(busy_db),
+            pg_cluster.endpoint(fresh_db),
             t_scn=0.0,
             history_before_s=-60.0,
             metrics=pl.DataFrame(),

@@ -33,7 +33,7 @@ from dbaops.scenario.model import (
 )
 from dbaops.workloads.samples import Outcome
 from dbaops.workloads.session import StatementCaches, TemplateSession
-from dbaops.workloads.sink import SampleSink
+from dbaops.workloads.sink import CLIENT_TIMEOUT, SampleSink
 from dbaops.workloads.spec import Drawer, TransactionTemplate, WorkloadLibrary, template_drawers
 
 log = structlog.get_logger(__name__)
@@ -315,7 +315,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
             self._give_up(backlog.popleft())
 
     def _give_up(self, unit: _Unit) -> None:
-        self._end(unit, None, unit.give_up, False, 0, None, "client_timeout", 0)
+        self._end(unit, None, unit.give_up, False, 0, None, CLIENT_TIMEOUT, 0)
 
     def _unfinished(self) -> None:
         """At the end of the run, units still waiting for a connection: past their deadline
@@ -467,7 +467,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
             while True:
                 remaining = give_up - mono()
                 if remaining <= 0:
-                    error = "client_timeout"
+                    error = CLIENT_TIMEOUT
                     break
                 try:
                     if session is None or session.is_closed():
@@ -495,7 +495,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                     error = str(exc)[:300]
                     break
                 except TimeoutError:
-                    error = "client_timeout"
+                    error = CLIENT_TIMEOUT
                     in_doubt += start is not None
                     break
                 except CONNECTION_ERRORS as exc:

@@ -218,20 +218,27 @@ class SampleSink:
 CLIENT_TIMEOUT = "client_timeout"
 
 
+def _latency_percentile(frame: pl.DataFrame, stat: str) -> float | None:
+    """The ``p50_ms``/``p95_ms``/``p99_ms`` of ``frame``'s latencies (None: no unit)."""
+    if frame.height == 0:
+        return None
+    q = {"p50_ms": 0.5, "p95_ms": 0.95, "p99_ms": 0.99}[stat]
+    value = frame["latency_ms"].quantile(q, interpolation="linear")
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
 def censored_latency_stat(frame: pl.DataFrame, stat: str) -> float | None:
     """A latency percentile over completed units **and** units the client gave up on, each
     of those at the time it waited: a lower bound of the true percentile (the system was at
     least that slow). A broken baseline whose every unit timed out has one, where
     :func:`workload_stat` has none."""
-    done = frame.filter(
-        frame["outcome"].is_in(["on_time", "late"])
-        | (frame["error"].fill_null("") == CLIENT_TIMEOUT)
+    return _latency_percentile(
+        frame.filter(
+            frame["outcome"].is_in(["on_time", "late"])
+            | (frame["error"].fill_null("") == CLIENT_TIMEOUT)
+        ),
+        stat,
     )
-    if done.height == 0:
-        return None
-    q = {"p50_ms": 0.5, "p95_ms": 0.95, "p99_ms": 0.99}[stat]
-    value = done["latency_ms"].quantile(q, interpolation="linear")
-    return None if value is None else float(value)  # type: ignore[arg-type]
 
 
 def workload_stat(frame: pl.DataFrame, stat: str, sqlstate: str | None = None) -> float | None:
@@ -246,12 +253,7 @@ def workload_stat(frame: pl.DataFrame, stat: str, sqlstate: str | None = None) -
     if stat in ("p50_ms", "p95_ms", "p99_ms"):
         # Latency percentiles are over completed units only: an error or a dropped unit has
         # no service latency (they are error_ratio and drop_ratio).
-        done = frame.filter(frame["outcome"].is_in(["on_time", "late"]))
-        if done.height == 0:
-            return None
-        q = {"p50_ms": 0.5, "p95_ms": 0.95, "p99_ms": 0.99}[stat]
-        value = done["latency_ms"].quantile(q, interpolation="linear")
-        return None if value is None else float(value)  # type: ignore[arg-type]
+        return _latency_percentile(frame.filter(frame["outcome"].is_in(["on_time", "late"])), stat)
     outcomes = frame["outcome"]
     if stat == "drop_ratio":
         return float((outcomes == "dropped").mean())  # type: ignore[arg-type]
