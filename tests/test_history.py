@@ -10,10 +10,15 @@ import pytest
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.postgres.sampler import MetricSampler
-from dbaops.engine.history import effective_history
+from dbaops.engine.history import (
+    densified_metrics,
+    densified_samples,
+    effective_history,
+    history_density,
+)
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.record.kinds import PhaseRecord
-from dbaops.record.tables import METRIC_SCHEMA, read_metrics, read_samples
+from dbaops.record.tables import METRIC_SCHEMA, SAMPLE_SCHEMA, read_metrics, read_samples
 from dbaops.record.trace import read_trace
 from dbaops.scenario.loader import load_scenario, preparation_key
 from dbaops.scenario.model import OlapWorkload
@@ -95,3 +100,84 @@ def test_periodic_dashboards_are_part_of_the_history_and_one_off_reports_are_not
     bi = history["bi"]
     assert isinstance(bi, OlapWorkload)
     assert len(bi.jobs) == 8 and all(j.every_s and not j.at_s for j in bi.jobs)
+
+
+def test_a_history_is_taken_in_at_the_density_of_the_run() -> None:
+    """A 0.01 history in a run at 0.05 carries five times the recorded traffic per scenario
+    second: counters rise five times as fast back from their last value, deltas are five
+    times larger, gauges stay; OLTP units are repeated five times within their gap, their
+    spans counted in the run's seconds; periodic jobs are not repeated."""
+    density = history_density(0.01, 0.05)
+    assert density == pytest.approx(5.0)
+    metrics = pl.DataFrame(
+        {
+            "t_s": [-120.0, -60.0, -120.0, -60.0, -60.0, -60.0],
+            "metric": ["db.xact_commit"] * 2
+            + ["activity.count"] * 2
+            + ["statements.calls", "tidb.queries_per_s"],
+            "label": [""] * 4 + ["q1", ""],
+            "value": [100.0, 110.0, 3.0, 4.0, 7.0, 2.5],
+        },
+        schema=METRIC_SCHEMA,
+    )
+    dense = densified_metrics(metrics, density)
+    assert dense["value"].to_list() == pytest.approx([60.0, 110.0, 3.0, 4.0, 35.0, 2.5])
+    row = {
+        "latency_ms": 10.0,
+        "retries": 0,
+        "outcome": "on_time",
+        "sqlstate": None,
+        "error": None,
+        "correct": None,
+        "client_lag_ms": None,
+    }
+    samples = pl.DataFrame(
+        [
+            {
+                "workload": "oltp",
+                "kind": "oltp",
+                "unit": "t",
+                "scheduled_s": -100.0,
+                "start_s": -100.0,
+                "end_s": -99.0,
+                **row,
+            },
+            {
+                "workload": "oltp",
+                "kind": "oltp",
+                "unit": "t",
+                "scheduled_s": -10.0,
+                "start_s": -9.5,
+                "end_s": -9.0,
+                **row,
+            },
+            {
+                "workload": "jobs",
+                "kind": "olap",
+                "unit": "r",
+                "scheduled_s": -50.0,
+                "start_s": -50.0,
+                "end_s": -40.0,
+                **row,
+            },
+        ],
+        schema=SAMPLE_SCHEMA,
+    )
+    dense_samples = densified_samples(samples, density, duration_s=100.0)
+    oltp = dense_samples.filter(pl.col("kind") == "oltp").sort("scheduled_s")
+    # the first unit's five copies in its 90 s gap; the last's in the mean gap (50 s), the
+    # copies past the history's end (0) wrapping round to its start (-100)
+    assert oltp["scheduled_s"].to_list() == pytest.approx(
+        [-100.0, -90.0, -82.0, -80.0, -70.0, -64.0, -46.0, -28.0, -10.0, 0.0]
+    )
+    first = oltp.filter(pl.col("scheduled_s") == -100.0)
+    assert first["end_s"].item() == pytest.approx(-99.8)  # a 1 s span is 0.2 s of the run's
+    second = oltp.filter(pl.col("scheduled_s") == -10.0)
+    assert second["start_s"].item() == pytest.approx(-9.9)
+    wrapped = oltp.filter(pl.col("scheduled_s") == -90.0)
+    assert wrapped["end_s"].item() == pytest.approx(-89.8)
+    job = dense_samples.filter(pl.col("kind") == "olap")
+    assert job.height == 1 and job["end_s"].item() == pytest.approx(-48.0)
+    # a sparser run thins the history out instead
+    sparse = densified_samples(samples, 0.5, duration_s=100.0)
+    assert sparse.filter(pl.col("kind") == "oltp").height == 1

@@ -25,7 +25,7 @@ import re
 import polars as pl
 from pydantic import BaseModel
 
-from dbaops.engine.metrics_registry import REGISTRY, metric_kind
+from dbaops.engine.metrics_registry import REGISTRY, metric_kind_expr
 from dbaops.record.tables import METRIC_SCHEMA
 
 _SELECTOR = re.compile(r"\s*([^{}\s]+)\s*(?:\{([^{}]*)\})?\s*")
@@ -159,13 +159,12 @@ def query_series(
             c = c & pl.col("label").str.contains(label_filter, literal=True)
         cond = cond | c
     metrics = sorted({m for m, _ in selected})
-    kinds = {m: metric_kind(m) for m in metrics}
     units = {m: (REGISTRY[m].unit if m in REGISTRY else "") for m in metrics}
     df = (
         frame.select(list(METRIC_SCHEMA))
         .cast(METRIC_SCHEMA)  # type: ignore[arg-type]
         .filter(cond)
-        .with_columns(kind=pl.col("metric").replace_strict(kinds, default="gauge"))
+        .with_columns(kind=metric_kind_expr())
         .sort("metric", "label", "t_s")
     )
     keys = ["metric", "label"]

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import polars as pl
+
 #: Long-format schema of the metrics table (``metrics/part-*.parquet``, ``metrics.parquet``).
 
 MetricKind = Literal["counter", "gauge", "delta"]
@@ -285,6 +287,13 @@ def metric_kind(name: str) -> MetricKind:
     """Kind of a metric; names outside the registry are treated as gauges."""
     spec = REGISTRY.get(name)
     return spec.kind if spec else "gauge"
+
+
+def metric_kind_expr(column: str = "metric") -> pl.Expr:
+    """The kind of the metric named in ``column``, as a polars expression (names outside the
+    registry are gauges)."""
+    kinds = {name: spec.kind for name, spec in REGISTRY.items()}
+    return pl.col(column).replace_strict(kinds, default="gauge", return_dtype=pl.String)
 
 
 #: Metrics the judge reads that the agent's ``query_metrics`` does not show: what the verdict

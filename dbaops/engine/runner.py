@@ -551,10 +551,14 @@ def _equip(ctx: RunContext, prepared: Prepared) -> Equipment:
             backend, ctx.lib.database, clock, ctx.metric_parts, agent_role=agent_role
         )
     store = backend.snapshots
-    if prepared.meta.get("history") and store is not None:
+    recorded = prepared.meta.get("history")
+    if recorded and store is not None:
         past_metrics, past_samples = load_history(
             store.root / prepared.meta["key"] / "history",
             ends_at_s=-sc.preparation.warmup_s,
+            history_scale=float(recorded["scale"]),
+            duration_s=float(recorded["duration_s"]),
+            time_scale=clock.time_scale,
         )
         ctx.parts.append(past_samples)
         if sampler is not None and ctx.metric_parts is not None:
