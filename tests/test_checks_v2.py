@@ -801,3 +801,21 @@ def test_a_baseline_that_timed_out_whole_still_judges_a_latency_ratio() -> None:
     assert base == pytest.approx(5000.0)  # the failed-fast unit ("boom") is not a latency
     only_errors = timed_out.filter(pl.col("error") == "boom")
     assert censored_latency_stat(only_errors, "p95_ms") is None
+
+
+def test_a_slow_answer_is_a_miss_and_not_a_server_error() -> None:
+    """A premise of a slow page that still answers (tb-qt-05) is judged on the errors that are
+    not the client giving up: a unit that outlived its timeout is a miss; a server error or a
+    broken connection is a refusal."""
+    from dbaops.workloads.sink import workload_stat
+
+    frame = pl.DataFrame(
+        {
+            "outcome": ["error", "error", "error", "late", "on_time"],
+            "error": ["client_timeout", "client_attempt_timeout", "boom", None, None],
+            "latency_ms": [10000.0, 900.0, 3.0, 900.0, 3.0],
+        }
+    )
+    assert workload_stat(frame, "error_ratio") == pytest.approx(0.6)
+    assert workload_stat(frame, "server_error_ratio") == pytest.approx(0.2)
+    assert workload_stat(frame, "miss_ratio") == pytest.approx(0.8)

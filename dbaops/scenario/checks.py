@@ -112,6 +112,7 @@ WorkloadStat = Literal[
     "p99_ms",
     "on_time_ratio",
     "error_ratio",
+    "server_error_ratio",
     "drop_ratio",
     "miss_ratio",
     "sqlstate_ratio",
@@ -123,9 +124,11 @@ class WorkloadCheck(_Relative):
     """A statistic of a workload's recent SLO samples compared with a value.
 
     ``stat``: p50_ms, p95_ms, p99_ms (over completed units: on time or late; errors and drops
-    are separate statistics), on_time_ratio, error_ratio, drop_ratio, miss_ratio (anything not
-    on time), sqlstate_ratio (units whose error SQLSTATE is ``sqlstate``; a two-character
-    ``sqlstate`` is a class, e.g. ``40``), count. ``over_s``: the trailing scenario-time window
+    are separate statistics), on_time_ratio, error_ratio, server_error_ratio (errors other
+    than the client giving up on a unit after its timeout: a slow answer is a miss, not a
+    refusal), drop_ratio, miss_ratio (anything not on time), sqlstate_ratio (units whose
+    error SQLSTATE is ``sqlstate``; a two-character ``sqlstate`` is a class, e.g. ``40``),
+    count. ``over_s``: the trailing scenario-time window
     the statistic covers (units *scheduled* in it). ``min_units``: the fewest units the window
     must hold for the check to judge at all (fewer: the check fails, saying so); a ratio
     threshold must then tolerate one bad unit out of ``min_units`` (a strict zero excepted).

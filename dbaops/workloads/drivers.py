@@ -33,7 +33,7 @@ from dbaops.scenario.model import (
 )
 from dbaops.workloads.samples import Outcome
 from dbaops.workloads.session import StatementCaches, TemplateSession
-from dbaops.workloads.sink import CLIENT_TIMEOUT, SampleSink
+from dbaops.workloads.sink import CLIENT_ATTEMPT_TIMEOUT, CLIENT_TIMEOUT, SampleSink
 from dbaops.workloads.spec import Drawer, TransactionTemplate, WorkloadLibrary, template_drawers
 
 log = structlog.get_logger(__name__)
@@ -479,7 +479,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                     ok = True
                     break
                 except AttemptTimeout:
-                    error = "client_attempt_timeout"
+                    error = CLIENT_ATTEMPT_TIMEOUT
                     in_doubt += 1
                     if attempts_left > 0:
                         attempts_left -= 1

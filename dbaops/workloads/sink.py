@@ -216,6 +216,8 @@ class SampleSink:
 
 #: The error a driver records for a unit the client gave up on (its timeout passed).
 CLIENT_TIMEOUT = "client_timeout"
+#: The error a driver records for a unit whose every attempt outlived the attempt timeout.
+CLIENT_ATTEMPT_TIMEOUT = "client_attempt_timeout"
 
 
 def _latency_percentile(frame: pl.DataFrame, stat: str) -> float | None:
@@ -261,6 +263,9 @@ def workload_stat(frame: pl.DataFrame, stat: str, sqlstate: str | None = None) -
         return float((outcomes == "on_time").mean())  # type: ignore[arg-type]
     if stat == "error_ratio":
         return float((outcomes == "error").mean())  # type: ignore[arg-type]
+    if stat == "server_error_ratio":
+        waited_out = frame["error"].fill_null("").is_in([CLIENT_TIMEOUT, CLIENT_ATTEMPT_TIMEOUT])
+        return float(((outcomes == "error") & ~waited_out).mean())  # type: ignore[arg-type]
     if stat == "miss_ratio":
         return float((outcomes != "on_time").mean())  # type: ignore[arg-type]
     if stat == "sqlstate_ratio":
