@@ -355,8 +355,6 @@ HISTORY_PENDING = {
     "pg-sf-09",
     "pg-sf-10",
     "pg-sf-11",
-    "tb-qt-05",
-    "tb-sf-04",
 }
 
 
