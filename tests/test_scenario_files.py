@@ -344,13 +344,7 @@ NO_HISTORY = {
 }
 #: Hard bounded scenarios whose history waits for their re-validation with it (issue 29).
 HISTORY_PENDING = {
-    "pg-hc-03",
-    "pg-qt-04",
-    "pg-rg-04",
-    "pg-sf-02",
-    "pg-sf-03",
     "pg-sf-04",
-    "pg-sf-05",
     "pg-sf-08",
     "pg-sf-09",
     "pg-sf-10",
