@@ -21,7 +21,7 @@ from dbaops.scenario.model import Scenario
 pytestmark = pytest.mark.anyio
 
 SUBSET = [
-    "pg-qt-04",  # set_setting, plan checks
+    "pg-hc-02",  # plan checks, a construction step that must fail (a real interrupted CIC)
     "pg-sf-08",  # tablespace_volume (a real disk-full), server_log
     "pg-sf-06",  # the replica profile, instance control
     "pg-sf-04",  # edit_config
