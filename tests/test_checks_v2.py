@@ -792,13 +792,15 @@ def test_a_baseline_that_timed_out_whole_still_judges_a_latency_ratio() -> None:
     timed_out = pl.DataFrame(
         {
             "outcome": ["error"] * 9 + ["late"],
-            "error": ["client_timeout"] * 8 + ["boom", None],
+            "error": ["client_timeout"] * 7 + ["client_attempt_timeout", "boom", None],
             "latency_ms": [5000.0] * 8 + [3.0, 2400.0],
         }
     )
     assert workload_stat(timed_out.filter(pl.col("outcome") == "error"), "p95_ms") is None
     base = censored_latency_stat(timed_out, "p95_ms")
-    assert base == pytest.approx(5000.0)  # the failed-fast unit ("boom") is not a latency
+    # every unit the client gave up on (its timeout, or every attempt's) counts at the time it
+    # waited; the failed-fast unit ("boom") is not a latency
+    assert base == pytest.approx(5000.0)
     only_errors = timed_out.filter(pl.col("error") == "boom")
     assert censored_latency_stat(only_errors, "p95_ms") is None
 

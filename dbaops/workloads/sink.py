@@ -220,6 +220,12 @@ CLIENT_TIMEOUT = "client_timeout"
 CLIENT_ATTEMPT_TIMEOUT = "client_attempt_timeout"
 
 
+def _client_gave_up(frame: pl.DataFrame) -> pl.Series:
+    """Units that ended because the client stopped waiting (its timeout, or every attempt's),
+    not because the server answered with an error."""
+    return frame["error"].fill_null("").is_in([CLIENT_TIMEOUT, CLIENT_ATTEMPT_TIMEOUT])
+
+
 def _latency_percentile(frame: pl.DataFrame, stat: str) -> float | None:
     """The ``p50_ms``/``p95_ms``/``p99_ms`` of ``frame``'s latencies (None: no unit)."""
     if frame.height == 0:
@@ -235,11 +241,7 @@ def censored_latency_stat(frame: pl.DataFrame, stat: str) -> float | None:
     least that slow). A broken baseline whose every unit timed out has one, where
     :func:`workload_stat` has none."""
     return _latency_percentile(
-        frame.filter(
-            frame["outcome"].is_in(["on_time", "late"])
-            | (frame["error"].fill_null("") == CLIENT_TIMEOUT)
-        ),
-        stat,
+        frame.filter(frame["outcome"].is_in(["on_time", "late"]) | _client_gave_up(frame)), stat
     )
 
 
@@ -264,8 +266,7 @@ def workload_stat(frame: pl.DataFrame, stat: str, sqlstate: str | None = None) -
     if stat == "error_ratio":
         return float((outcomes == "error").mean())  # type: ignore[arg-type]
     if stat == "server_error_ratio":
-        waited_out = frame["error"].fill_null("").is_in([CLIENT_TIMEOUT, CLIENT_ATTEMPT_TIMEOUT])
-        return float(((outcomes == "error") & ~waited_out).mean())  # type: ignore[arg-type]
+        return float(((outcomes == "error") & ~_client_gave_up(frame)).mean())  # type: ignore[arg-type]
     if stat == "miss_ratio":
         return float((outcomes != "on_time").mean())  # type: ignore[arg-type]
     if stat == "sqlstate_ratio":
