@@ -10,6 +10,7 @@ from dbaops.engine.validate import ValidationRow, ValidationSummary, _difficulty
 from dbaops.engine.validation_report import (
     ValidationReport,
     read_report,
+    scale_flips,
     scenario_records,
     write_report,
 )
@@ -137,6 +138,35 @@ def test_a_flip_makes_the_scenario_invalid() -> None:
         flips=["pg-x-01/reference: verdicts differ across repeats or scales {...}"],
     )
     assert [r.valid for r in scenario_records(summary, {})] == [False]
+
+
+def test_a_verdict_that_differs_between_time_scales_is_reported() -> None:
+    """Records of one definition at 0.05 and at 1.0: a blunt fix that fails Safe Pass at both
+    scales but Outcome only at one is a flip the report shows (each record alone is valid)."""
+    fast = ValidationSummary(
+        rows=[_row("pg-x-01", "noop"), _row("pg-x-01", "reference"), _row("pg-x-01", "blunt:b")],
+        flips=[],
+    )
+    slow_rows = [_row("pg-x-01", "noop"), _row("pg-x-01", "reference"), _row("pg-x-01", "blunt:b")]
+    slow_rows = [r.model_copy(update={"time_scale": 1.0}) for r in slow_rows]
+    slow_rows[2] = slow_rows[2].model_copy(update={"outcome_pass": True})
+    slow = ValidationSummary(rows=slow_rows, flips=[])
+    definitions = {"pg-x-01": "k1"}
+    records = [
+        *scenario_records(fast, {}, definitions),
+        *scenario_records(slow, {}, definitions),
+    ]
+    report = ValidationReport().merged(records)
+    assert all(r.valid for r in report.records)
+    assert scale_flips(report) == [
+        "pg-x-01/blunt:b on postgres 15: OP/SP fail/fail at 0.05, pass/fail at 1"
+    ]
+    # a record of another definition (the scenario changed since) is not compared
+    stale = scenario_records(slow, {}, {"pg-x-01": "k0"})
+    assert (
+        scale_flips(ValidationReport().merged([*scenario_records(fast, {}, definitions), *stale]))
+        == []
+    )
 
 
 def test_the_definition_key_follows_what_is_written(tmp_path: Path) -> None:

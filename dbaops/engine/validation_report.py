@@ -187,6 +187,33 @@ def scenario_records(
     return out
 
 
+def scale_flips(report: ValidationReport) -> list[str]:
+    """Verdicts that differ between time scales: for each scenario, engine, server major and
+    backend, every solution whose Outcome or Safe Pass at one scale is not what it is at
+    another, among records of the same definition (a compressed run must tell the story a run
+    at the speed of use tells)."""
+    groups: dict[tuple[str, str, str, str, str | None], list[ScenarioValidation]] = {}
+    for r in report.records:
+        groups.setdefault((r.id, r.engine, r.key[2], r.backend, r.definition), []).append(r)
+    flips = []
+    for (sid, engine, major, backend, _), records in sorted(groups.items(), key=str):
+        if len(records) < 2:
+            continue
+        seen: dict[str, dict[float, tuple[bool | None, bool | None]]] = {}
+        for r in records:
+            for v in r.verdicts:
+                seen.setdefault(v.solution, {})[r.time_scale] = (v.outcome_pass, v.safe_pass)
+        where = f"{engine} {major}" + (" (docker)" if backend == "docker" else "")
+        for solution, by_scale in sorted(seen.items()):
+            if len(set(by_scale.values())) > 1:
+                told = ", ".join(
+                    f"{_cell(op)}/{_cell(sp)} at {scale:g}"
+                    for scale, (op, sp) in sorted(by_scale.items())
+                )
+                flips.append(f"{sid}/{solution} on {where}: OP/SP {told}")
+    return flips
+
+
 def read_report(directory: Path) -> ValidationReport:
     path = directory / REPORT_JSON
     if not path.exists():
@@ -252,12 +279,22 @@ def render_markdown(report: ValidationReport) -> str:
     lines += ["", f"{valid} of {len(report.records)} records valid."]
     servers = sorted({(r.engine, r.key[2]) for r in report.records})
     if servers:
-        lines += ["", "| server | valid scenarios | not valid |", "| --- | --- | --- |"]
+        lines += [
+            "",
+            "| server | valid scenarios | of them valid at time scale 1 | not valid |",
+            "| --- | --- | --- | --- |",
+        ]
         for engine, major in servers:
             mine = [r for r in report.records if (r.engine, r.key[2]) == (engine, major)]
-            good = sorted(r.id for r in mine if r.valid)
-            bad = sorted(r.id for r in mine if not r.valid)
-            lines.append(f"| {engine} {major} | {len(good)} | {', '.join(bad) or '–'} |")
+            good = sorted({r.id for r in mine if r.valid})
+            at_speed = {r.id for r in mine if r.valid and r.time_scale == 1.0}
+            bad = sorted({r.id for r in mine if not r.valid})
+            lines.append(
+                f"| {engine} {major} | {len(good)} | {len(at_speed)} | {', '.join(bad) or '–'} |"
+            )
+    flips = scale_flips(report)
+    lines += ["", "Verdicts that differ between time scales (same definition, same server):"]
+    lines += [f"- {f}" for f in flips] if flips else ["none."]
     return "\n".join(lines) + "\n"
 
 
