@@ -104,3 +104,46 @@ def test_no_agent_tool_opens_the_run_directory() -> None:
             if m.startswith(("dbaops.record.layout", "dbaops.record.tables.read"))
         }
         assert not banned, f"{path.name} reads the run directory: {sorted(banned)}"
+
+
+def test_every_engine_has_a_driver_free_dialect() -> None:
+    """Scoring, plots and tool descriptions ask an engine's dialect, which loads no database
+    driver and no SQL parser (a recorded run is scored where none is installed)."""
+    import subprocess
+    import sys
+
+    from dbaops.dbms.dialect import DIALECT_ENGINES, UnknownDialect, engine_dialect
+
+    assert sorted(DIALECT_ENGINES) == engine_names()
+    for name in engine_names():
+        assert engine_dialect(name).sql_dialect == get_engine(name).dialect
+        assert engine_dialect(name).server_panel
+    with pytest.raises(UnknownDialect, match="cockroach"):
+        engine_dialect("cockroach")
+    probe = (
+        "import sys; from dbaops.dbms.dialect import DIALECT_ENGINES, engine_dialect; "
+        "[engine_dialect(n) for n in DIALECT_ENGINES]; "
+        "print(sorted({'asyncpg', 'aiomysql', 'pymysql', 'pglast', 'sqlglot'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_tidb_run_plot_has_a_server_panel(tmp_path: Path) -> None:
+    """The plot's server panel draws the engine's own metrics: TiDB's lock waits and oldest
+    transaction, where PostgreSQL's names would leave it empty."""
+    from dbaops.analysis.series import _server_frame
+    from dbaops.record.layout import RunDir
+    from dbaops.record.tables import METRIC_SCHEMA
+
+    frame = pl.DataFrame(
+        {"t_s": [1.0, 1.0, 2.0, 2.0],
+         "metric": ["tidb.lock_waits", "tidb.oldest_transaction_s"] * 2,
+         "label": [""] * 4, "value": [0.0, 3.0, 2.0, 4.0]},
+        schema=METRIC_SCHEMA,
+    )  # fmt: skip
+    frame.write_parquet(RunDir(tmp_path).metrics)
+    panel = _server_frame(tmp_path, "tidb")
+    assert set(panel["series"]) == {"lock requests waiting", "oldest transaction age (s)"}
+    assert panel.filter(pl.col("series") == "lock requests waiting")["value"].to_list() == [0, 2]
+    assert _server_frame(tmp_path, "postgres").height == 0

@@ -458,7 +458,7 @@ async def test_the_agent_cannot_read_what_the_judge_measures_of_it() -> None:
     )  # fmt: skip
     clock = ScenarioClock()
     clock.restart(10.0)
-    tool = metrics_tool(lambda: frame, lambda: pl.DataFrame(), clock)
+    tool = metrics_tool(lambda: frame, lambda: pl.DataFrame(), clock, overview="locks, ...")
     listing = await tool.handler({})
     asked = await tool.handler({"names": ["locks.blocked_by_agent"]})
     served = await tool.handler({"names": ["activity.connections"], "window": [0, 10]})

@@ -324,6 +324,10 @@ async def test_the_react_agent_works_a_tidb_ticket_with_the_tidb_catalog(
     assert names == sorted(AGENT_TOOLS)
     described = {t["function"]["name"]: t["function"]["description"] for t in first["tools"]}
     assert "TiDB" in described["execute_sql"] and "TiDB" in described["manage_instance"]
+    # query_metrics tells a TiDB agent what TiDB's sampler records, not PostgreSQL's views
+    metrics = described["query_metrics"]
+    assert "lock waits" in metrics and "tidb-server" in metrics
+    assert not any(pg in metrics for pg in ("pg_stat_statements", "WAL", "checkpoint"))
     assert ended.is_set()
     conn = await backend.admin.raw_connect()
     try:

@@ -254,3 +254,40 @@ def test_workers_on_a_fresh_home_copy_the_binary_at_once(
         copies = list(pool.map(lambda _: _accessible_binary(binary, "dbaops"), range(8)))
     assert len(set(copies)) == 1 and copies[0].read_bytes() == binary.read_bytes()
     assert [p.name for p in copies[0].parent.iterdir()] == [copies[0].name]  # no partial left
+
+
+# -- a server that cannot start, in a run (no tidb-server needed) ---------------------------
+async def test_a_tidb_instance_fault_that_fails_is_recorded_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    """The timeline handles every engine's instance error: a timed ``instance: start`` whose
+    server exits at once (here a binary that is not a tidb-server) is on record as failed,
+    with the reason, instead of ending the run."""
+    from dbaops.clock import ScenarioClock
+    from dbaops.engine.actors import ActorContext
+    from dbaops.engine.timeline import _event_actor
+    from dbaops.record.kinds import EventRecord, Record
+    from dbaops.scenario.faults import InstanceControl
+    from dbaops.scenario.model import Event
+
+    server = TidbServer(
+        tmp_path / "server",
+        TidbBinary(Path("/bin/false"), "a binary that exits at once"),
+        "v0",
+        None,
+        tmp_path / "snapshots",
+    )
+    written: list[Record] = []
+
+    class Trace:
+        def write(self, record: Record) -> None:
+            written.append(record)
+
+    ctx = ActorContext(
+        endpoint=server.endpoint(), clock=ScenarioClock(), trace=Trace(), instance=server
+    )
+    event = Event(id="start_again", at=0, fault=InstanceControl(action="start"))
+    await _event_actor(event, ctx, Trace())
+    [record] = [r for r in written if isinstance(r, EventRecord)]
+    assert record.status == "failed" and "TidbError" in record.detail["error"]
+    assert "exited" in record.detail["error"]

@@ -33,6 +33,7 @@ from typing import Any
 
 import polars as pl
 
+from dbaops.dbms.dialect import engine_dialect
 from dbaops.evaluation.compliance import (
     ServiceComplianceVerdict,
     ServiceObjective,
@@ -407,14 +408,8 @@ def _short(args: dict[str, Any], limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-_SERVER_SERIES: list[tuple[str, str, str]] = [
-    # (metric, aggregation over labels per sample, legend)
-    ("locks.waiting", "sum", "lock requests waiting"),
-    ("activity.oldest_xact_age_s", "max", "oldest transaction age (s)"),
-]
-
-
-def _server_frame(run_dir: Path) -> pl.DataFrame:
+def _server_frame(run_dir: Path, engine: str) -> pl.DataFrame:
+    """The server panel's series (the engine dialect's ``server_panel``) of a run."""
     schema = {"t_s": pl.Float64, "series": pl.String, "value": pl.Float64}
     try:
         metrics = read_metrics(run_dir)
@@ -423,12 +418,12 @@ def _server_frame(run_dir: Path) -> pl.DataFrame:
     if metrics.height == 0:
         return pl.DataFrame(schema=schema)
     frames = []
-    for metric, how, legend in _SERVER_SERIES:
-        sel = metrics.lazy().filter(pl.col("metric") == metric).group_by("t_s")
-        agg = pl.col("value").sum() if how == "sum" else pl.col("value").max()
+    for series in engine_dialect(engine).server_panel:
+        sel = metrics.lazy().filter(pl.col("metric") == series.metric).group_by("t_s")
+        agg = pl.col("value").sum() if series.aggregation == "sum" else pl.col("value").max()
         frames.append(
             sel.agg(agg.alias("value"))
-            .with_columns(pl.lit(legend).alias("series"))
+            .with_columns(pl.lit(series.legend).alias("series"))
             .select("t_s", "series", "value")
         )
     out = pl.concat(frames).collect().sort("series", "t_s")
@@ -512,6 +507,6 @@ def run_series(run_dir: Path, samples: pl.DataFrame | None = None) -> RunSeries:
         actors=_actor_frame(run, min(end_s, horizon)),
         tool_calls=_tool_frame(run),
         model_calls=_model_call_frame(run),
-        server=_server_frame(run.path),
+        server=_server_frame(run.path, sc.engine),
         missed=missed_windows(windows, events),
     )

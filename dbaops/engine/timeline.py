@@ -11,7 +11,7 @@ import anyio.abc
 
 from dbaops.agents.base import Budget
 from dbaops.clock import ScenarioClock
-from dbaops.dbms.postgres.cluster import ClusterError
+from dbaops.dbms.errors import InstanceError
 from dbaops.dbms.sessions import CONNECTION_ERRORS, SERVER_ERRORS, RunEndpoint
 from dbaops.engine.actors import ActorContext, FaultError, run_fault
 from dbaops.engine.checks import CheckSources, evaluate_check
@@ -27,8 +27,9 @@ Dispatch = Callable[[Event, bool], Awaitable[None]]
 
 
 #: What keeps a timed fault from being applied when the agent has, say, stopped the server
-#: it acts on: the run goes on, and the event is on record as failed with the reason.
-FAULT_FAILURES = (*SERVER_ERRORS, *CONNECTION_ERRORS, FaultError, ClusterError)
+#: it acts on (or the server cannot be started again), whatever the engine: the run goes on,
+#: and the event is on record as failed with the reason.
+FAULT_FAILURES = (*SERVER_ERRORS, *CONNECTION_ERRORS, FaultError, InstanceError)
 
 
 def _fault_error(exc: BaseException) -> str:

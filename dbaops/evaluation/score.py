@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, Field
 
-from dbaops.dbms.registry import get_engine
+from dbaops.dbms.dialect import engine_dialect
 from dbaops.evaluation.compliance import ServiceComplianceVerdict, evaluate_service_compliance
 from dbaops.evaluation.diagnosis import DiagnosisVerdict, verdict_from_store
 from dbaops.evaluation.report_checks import judge_report_check
@@ -337,7 +337,7 @@ def score_loaded_run(run: RunData) -> RunVerdict:
         restorable_role_gucs=scenario_changed_role_gucs(faults),
         superuser_roles=[r.name for r in sc.database.extend.roles if r.superuser],
         baseline_gucs=[*sc.database.settings, *sc.database.scaled_settings],
-        dialect=get_engine(sc.engine).dialect,  # the SQL the scenario's engine speaks
+        dialect=engine_dialect(sc.engine).sql_dialect,  # the SQL the scenario's engine speaks
         blocking=_agent_blocking(run_dir, header.time_scale if header else 1.0),
     )
     outcome: bool | None = None

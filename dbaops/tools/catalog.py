@@ -13,6 +13,7 @@ from typing import Any
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.interface import Observations
+from dbaops.dbms.postgres.dialect import DIALECT
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.engine.actors import InstanceController
 from dbaops.mailbox import Mailbox
@@ -108,7 +109,7 @@ def build_tool_catalog(env: PostgresToolEnvironment, recorder: ToolRecorder) -> 
         log = on_either_server(log, standby_log)
     tools: list[Tool] = [
         sql,
-        metrics_tool(obs.metrics, obs.samples, env.clock),
+        metrics_tool(obs.metrics, obs.samples, env.clock, overview=DIALECT.metrics_overview),
         instance,
         log,
         knowledge_tool(),

@@ -63,7 +63,12 @@ def metrics_tool(
     metrics_frame: Callable[[], pl.DataFrame],
     samples_frame: Callable[[], pl.DataFrame],
     clock: ScenarioClock,
+    *,
+    overview: str,
 ) -> Tool:
+    """``query_metrics`` over the sampler's metrics and the workload samples; ``overview``
+    says what the engine's sampler records (its dialect's ``metrics_overview``)."""
+
     async def handler(args: dict[str, Any]) -> ToolResult:
         names = args.get("names") or []
         if isinstance(names, str):
@@ -122,8 +127,7 @@ def metrics_tool(
     spec = ToolSpec(
         name="query_metrics",
         description=(
-            "Time series of server metrics (sampled every scenario second: activity by state and "
-            "wait event, locks, pg_stat_statements deltas, table stats, WAL, checkpoints, ...) "
+            f"Time series of server metrics (sampled every scenario second: {overview}) "
             "and workload SLO series (workload.on_time_ratio, workload.p95_ms, ...). Call with "
             "no names to list what exists. window=[from_s, to_s] in scenario seconds or last_s; "
             "step_s resamples; rate=true turns counters into per-second rates."

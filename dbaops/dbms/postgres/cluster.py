@@ -27,6 +27,7 @@ import asyncpg
 import structlog
 
 from dbaops.containers.machine import ServerMachine
+from dbaops.dbms.errors import InstanceError
 from dbaops.dbms.postgres.binaries import PgBinaries, find_binaries
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.harness_role import HARNESS_ROLE
@@ -86,7 +87,7 @@ FIXTURE_SETTINGS: dict[str, str] = {
 REPLICATION_ROLE = "replicator"
 
 
-class ClusterError(RuntimeError):
+class ClusterError(InstanceError):
     """The embedded cluster could not be created, started or restored."""
 
 

@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.interface import DatabaseEngine, DatabaseServer, Observations, ServerRequest
+from dbaops.dbms.postgres.dialect import DIALECT
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.sampler import MetricSampler, harness_sampler
 from dbaops.dbms.postgres.server import (
@@ -80,7 +81,7 @@ class PostgresEngine(DatabaseEngine):
     """PostgreSQL 15 and later."""
 
     name: ClassVar[str] = "postgres"
-    dialect: ClassVar[str] = "postgres"
+    dialect: ClassVar[str] = DIALECT.sql_dialect
 
     async def open_server(
         self, request: ServerRequest, progress: Callable[[str], None] | None = None

@@ -32,6 +32,7 @@ from dbaops.dbms.interface import (
     ServerRequest,
 )
 from dbaops.dbms.tidb.agent_role import grant_tidb_dba
+from dbaops.dbms.tidb.dialect import DIALECT
 from dbaops.dbms.tidb.endpoint import CONNECTION_ERRORS, TidbEndpoint, execute, fetch_value
 from dbaops.dbms.tidb.instance_tool import tidb_instance_tool
 from dbaops.dbms.tidb.sampler import TidbMetricSampler
@@ -217,7 +218,7 @@ class TidbEngine(DatabaseEngine):
     """TiDB (the SQL layer; embedded with unistore storage, or a user's cluster)."""
 
     name: ClassVar[str] = "tidb"
-    dialect: ClassVar[str] = "mysql"
+    dialect: ClassVar[str] = DIALECT.sql_dialect
 
     async def open_server(
         self, request: ServerRequest, progress: Callable[[str], None] | None = None
@@ -335,7 +336,9 @@ def build_tidb_catalog(
     }  # fmt: skip
     tools = [
         tidb_sql_tool(session),
-        metrics_tool(observations.metrics, observations.samples, clock),
+        metrics_tool(
+            observations.metrics, observations.samples, clock, overview=DIALECT.metrics_overview
+        ),
         tidb_instance_tool(backend.admin, backend.server, session.user, password),
         log_tool(servers, observations.samples, clock),
         tidb_knowledge_tool(),

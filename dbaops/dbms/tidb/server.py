@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 import anyio
 
+from dbaops.dbms.errors import InstanceError
 from dbaops.dbms.postgres.cluster import (
     SERVER_ENVIRONMENT,
     cluster_paths,
@@ -75,7 +76,7 @@ STOP_TIMEOUT_S = 30.0
 TXN_TOTAL_SIZE_LIMIT = 256 * 1024 * 1024
 
 
-class TidbError(RuntimeError):
+class TidbError(InstanceError):
     """The embedded TiDB server could not be created, started, stopped or restored."""
 
 

@@ -1,0 +1,60 @@
+"""What offline code needs to know of an engine, importable without its driver.
+
+Scoring, reports, plots and the agent tools' descriptions ask an engine's
+:class:`EngineDialect` (``engine_dialect("tidb")``), which each engine declares in its own
+driver-free ``dbaops.dbms.<engine>.dialect`` module; nothing here imports a database driver,
+so a recorded run can be scored and drawn where none is installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import cache
+
+
+@dataclass(frozen=True)
+class ServerSeries:
+    """One series of a run plot's server panel: a sampled metric, summed or maxed over its
+    labels at each sample."""
+
+    metric: str
+    aggregation: str  # "sum" or "max"
+    legend: str
+
+
+@dataclass(frozen=True)
+class EngineDialect:
+    """An engine's offline face."""
+
+    #: The name scenarios give in ``engine:``.
+    name: str
+    #: The SQL dialect of the safety judge's front end (``postgres``, ``mysql``).
+    sql_dialect: str
+    #: What the engine's metric sampler records, in a phrase (``query_metrics``' description).
+    metrics_overview: str
+    #: The run plot's server panel: the same two stories on every engine (sessions waiting on
+    #: locks, the oldest open transaction), from the engine's own metrics.
+    server_panel: tuple[ServerSeries, ...]
+
+
+#: The engines whose dialects dbaops ships (``dbaops.dbms.<name>.dialect``).
+DIALECT_ENGINES = ("postgres", "tidb")
+
+
+class UnknownDialect(ValueError):
+    """A scenario or run named an engine dbaops has no dialect for."""
+
+
+@cache
+def engine_dialect(name: str) -> EngineDialect:
+    """The offline face of engine ``name`` (its driver is not imported)."""
+    if name not in DIALECT_ENGINES:
+        raise UnknownDialect(
+            f"unknown database engine {name!r} (known: {', '.join(DIALECT_ENGINES)})"
+        )
+    module = importlib.import_module(f"dbaops.dbms.{name}.dialect")
+    dialect = module.DIALECT
+    if not isinstance(dialect, EngineDialect) or dialect.name != name:
+        raise TypeError(f"dbaops.dbms.{name}.dialect.DIALECT is not engine {name!r}'s dialect")
+    return dialect
