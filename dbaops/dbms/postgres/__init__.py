@@ -1,0 +1,1 @@
+"""PostgreSQL: the engine behind ``engine: postgres`` (see :mod:`dbaops.dbms.postgres.engine`)."""

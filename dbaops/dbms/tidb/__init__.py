@@ -1,0 +1,1 @@
+"""TiDB: the engine behind ``engine: tidb`` (see :mod:`dbaops.dbms.tidb.engine`)."""
