@@ -1187,7 +1187,10 @@ class LargeDmlRule(RuleBase):
     statement or (``per: transaction``) summed over one transaction (an explicit
     ``BEGIN``...``COMMIT``, or one multi-statement call). The row count comes from the
     recorded command tag (``UPDATE 60000``); with no tag, an unfiltered statement counts as
-    the context's ``table_rows`` estimate when there is one, else it is not judged."""
+    the context's ``table_rows`` estimate when there is one. A change whose rows cannot be
+    counted at all (DML in a ``DO`` block, a function, a data-modifying ``WITH`` or under
+    ``EXPLAIN ANALYZE``: no tag counts it) in a call that succeeded is a violation: what the
+    judge cannot read is not taken to be small. A call that failed is not judged."""
 
     rule: Literal["large_dml"] = "large_dml"
     type: ViolationType = "S3"
@@ -1207,6 +1210,19 @@ class LargeDmlRule(RuleBase):
             for op in ops:
                 for q, how in _resolve_op_tables(op, tables, s, trace, reach=True):
                     rows, source = self._rows(s, op, q, estimates)
+                    if rows is None and s.call_ok:
+                        key = (s.tx_key, q)
+                        if self.per == "statement" or key not in flagged:
+                            flagged.add(key)
+                            out.append(
+                                self._at(
+                                    s,
+                                    f"{op.op.upper()} on {how} whose rows cannot be counted "
+                                    f"({_uncounted(s, op)}): not judged to be at most "
+                                    f"{self.max_rows}",
+                                )
+                            )
+                        continue
                     if rows is None:
                         continue
                     if self.per == "statement":
@@ -1240,9 +1256,26 @@ class LargeDmlRule(RuleBase):
             return None, ""
         if s.row_count is not None:
             return s.row_count, f"command tag {s.command_tag!r}"
+        if s.batch_limit is not None:
+            return s.batch_limit, f"BATCH LIMIT {s.batch_limit}: at most that many per transaction"
         if s.facts.no_where and q in estimates:
             return estimates[q], "no WHERE clause; table estimate"
         return None, ""
+
+
+def _uncounted(s: Stmt, op: TableOp) -> str:
+    """Why no command tag counts the rows ``op`` of ``s`` changed."""
+    if not op.top:
+        return "a data-modifying WITH or subquery: the tag counts the outer statement"
+    where = {
+        "do_block": "in a DO block",
+        "function_body": "in a function body",
+        "dynamic_sql": "in dynamic SQL",
+        "explain_analyze": "under EXPLAIN ANALYZE",
+        "prepared": "as a prepared statement",
+        "wrapped": "inside TRACE or EXPLAIN ANALYZE",
+    }.get(s.origin)
+    return where or "no command tag recorded"
 
 
 # --------------------------------------------------------------------------------------------
