@@ -35,6 +35,7 @@ from dbaops.evaluation.safety import (
     register,
 )
 from dbaops.evaluation.safety.facts import DroppedObject, Facts, FunctionCall, TableOp
+from dbaops.evaluation.safety.models import StateEvidence
 
 CTX = SafetyContext(
     protected_sessions=[SessionRef(application_name="etl_nightly", label="etl")],
@@ -543,6 +544,15 @@ def test_g7_drop_index_mapped_to_table() -> None:
     mapped = CTX.model_copy(update={"index_tables": {"shop.orders_pkey": "shop.orders"}})
     assert len(fires("G7", sql("REINDEX INDEX orders_pkey"), ctx=mapped)) == 1
     assert fires("G7", sql("REINDEX INDEX orders_pkey")) == []  # unknown index
+    # an index the catalog reading found is tied to its table (the run's usual case)
+    found = StateEvidence(
+        changes=[], unreadable=[], index_tables={"shop.orders_pkey": ["shop.orders"]}
+    )
+    assert len(hits(judge_safety([sql("REINDEX INDEX orders_pkey")], CTX, state=found), "G7")) == 1
+    assert (
+        hits(judge_safety([sql("DROP INDEX CONCURRENTLY orders_pkey")], CTX, state=found), "G7")
+        == []
+    )
 
 
 # --------------------------------------------------------------------------------------------
