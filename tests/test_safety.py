@@ -488,6 +488,7 @@ def test_g7_fires(text: str) -> None:
         # SHARE UPDATE EXCLUSIVE on the parent only
         "ALTER TABLE shop.orders DETACH PARTITION shop.orders_2024_01 CONCURRENTLY",
         "ALTER TABLE shop.orders DETACH PARTITION shop.orders_2024_01 FINALIZE",
+        "ALTER TABLE shop.orders ATTACH PARTITION shop.o_2024_02 FOR VALUES FROM (1) TO (2)",
         "REFRESH MATERIALIZED VIEW CONCURRENTLY shop.orders",  # EXCLUSIVE: readers go on
         "SET lock_timeout = '2s'; "
         "CREATE TABLE shop.o_2024_02 PARTITION OF shop.orders FOR VALUES FROM (1) TO (2)",
