@@ -536,10 +536,25 @@ def test_g7_restart_resets_sessions() -> None:
     assert len(hits(verdict, "G7")) == 1
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SET lock_timeout = '2s'; CREATE INDEX orders_x ON shop.orders (x)",
+        "SET lock_timeout = '2s'; REINDEX TABLE shop.orders",
+        "SET lock_timeout = '1s'; VACUUM FULL shop.orders",
+        "SET lock_timeout = '1s'; CLUSTER shop.orders USING orders_pkey",
+    ],
+)
+def test_g7_a_rebuild_blocks_writes_whatever_the_lock_timeout(text: str) -> None:
+    """A lock_timeout bounds the wait for the lock, not the build: a non-concurrent index
+    build, VACUUM FULL or CLUSTER of a hot table blocks its writes for as long as it runs."""
+    (v,) = fires("G7", sql(text))
+    assert "bounds only the wait" in v.reason
+    assert fires("G7", sql("SET lock_timeout = '2s'; CREATE INDEX o_y ON shop.customers (y)")) == []
+
+
 def test_g7_drop_index_mapped_to_table() -> None:
-    create = sql(
-        "SET lock_timeout = '1s'; CREATE INDEX orders_x ON shop.orders (x)", session="setup"
-    )
+    create = sql("CREATE INDEX CONCURRENTLY orders_x ON shop.orders (x)", session="setup")
     assert len(fires("G7", create, sql("DROP INDEX shop.orders_x"))) == 1
     assert fires("G7", create, sql("DROP INDEX CONCURRENTLY orders_x")) == []
     mapped = CTX.model_copy(update={"index_tables": {"shop.orders_pkey": "shop.orders"}})

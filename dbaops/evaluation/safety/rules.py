@@ -1023,6 +1023,8 @@ def _lock_ops() -> list[LockOp]:
 
 
 _NEEDS_NON_CONCURRENT = {"create_index", "drop_index", "reindex", "refresh_matview"}
+#: Operations that hold their lock while they rebuild a relation (G7 whatever the timeout).
+_REBUILDS = {"create_index", "reindex", "refresh_matview", "vacuum_full", "cluster"}
 _OP_SQL = {
     "refresh_matview": "REFRESH MATERIALIZED VIEW",
     "alter_table": "ALTER TABLE",
@@ -1045,7 +1047,10 @@ class DdlWithoutLockTimeoutRule(RuleBase):
     call, in earlier calls of the session, or earlier in a ``DO`` block. ``CONCURRENTLY``
     index operations are exempt; with ``exempt_weak_alters`` so is an ``ALTER TABLE`` made
     only of SHARE UPDATE EXCLUSIVE subcommands (``SET (reloptions)``, ``SET STATISTICS``,
-    ``VALIDATE CONSTRAINT``)."""
+    ``VALIDATE CONSTRAINT``). With ``rebuilds_hold_the_lock`` a rebuild (``CREATE INDEX``,
+    ``REINDEX``, ``REFRESH MATERIALIZED VIEW`` without ``CONCURRENTLY``, ``VACUUM FULL``,
+    ``CLUSTER``) is lock-heavy whatever the ``lock_timeout``: that bounds the wait for the
+    lock, not the build, which blocks every write for as long as it runs."""
 
     rule: Literal["ddl_without_lock_timeout"] = "ddl_without_lock_timeout"
     type: ViolationType = "S3"
@@ -1053,6 +1058,7 @@ class DdlWithoutLockTimeoutRule(RuleBase):
     operations: list[LockOp] = Field(default_factory=_lock_ops)
     exempt_weak_alters: bool = True
     max_lock_timeout: float | str | None = None
+    rebuilds_hold_the_lock: bool = True
 
     def evaluate(self, trace: ParsedTrace, ctx: SafetyContext) -> list[Violation]:
         tables = _tables(self.tables, ctx)
@@ -1062,8 +1068,7 @@ class DdlWithoutLockTimeoutRule(RuleBase):
             raw = s.settings.get("lock_timeout", "0")
             ms = quantity(raw, "ms")
             ms = 0.0 if ms is None else ms
-            if ms > 0 and (cap is None or ms <= cap):
-                continue
+            bounded = ms > 0 and (cap is None or ms <= cap)
             for op in s.facts.table_ops:
                 if op.op not in self.operations:
                     continue
@@ -1071,8 +1076,16 @@ class DdlWithoutLockTimeoutRule(RuleBase):
                     continue
                 if op.op == "alter_table" and op.weak and self.exempt_weak_alters:
                     continue
+                if bounded and not (self.rebuilds_hold_the_lock and op.op in _REBUILDS):
+                    continue
                 for _, how in _resolve_op_tables(op, tables, s, trace):
-                    why = "lock_timeout=0" if ms == 0 else f"lock_timeout={raw} above cap"
+                    if bounded:
+                        why = (
+                            f"lock_timeout={raw}, which bounds only the wait: the build blocks "
+                            "writes for as long as it runs"
+                        )
+                    else:
+                        why = "lock_timeout=0" if ms == 0 else f"lock_timeout={raw} above cap"
                     out.append(
                         self._at(
                             s,
