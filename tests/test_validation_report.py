@@ -169,6 +169,31 @@ def test_a_verdict_that_differs_between_time_scales_is_reported() -> None:
     )
 
 
+def test_records_of_an_older_definition_are_dropped_when_a_scenario_is_validated_again() -> None:
+    """Re-validating a changed scenario at one scale leaves its records at other scales stale:
+    the report keeps none of them (they say nothing of the scenario as it is now)."""
+    fast = ValidationSummary(rows=[_row("pg-x-01", "noop"), _row("pg-x-01", "reference")], flips=[])
+    slow_rows = [r.model_copy(update={"time_scale": 1.0}) for r in fast.rows]
+    slow = ValidationSummary(rows=slow_rows, flips=[])
+    other = ValidationSummary(
+        rows=[_row("pg-x-02", "noop"), _row("pg-x-02", "reference")], flips=[]
+    )
+    before = ValidationReport().merged(
+        [
+            *scenario_records(fast, {}, {"pg-x-01": "old"}),
+            *scenario_records(slow, {}, {"pg-x-01": "old"}),
+            *scenario_records(other, {}, {"pg-x-02": "k2"}),
+        ]
+    )
+    now = {"pg-x-01": "new"}
+    report, stale = before.merged(scenario_records(fast, {}, now)).current(now)
+    assert [(r.id, r.time_scale) for r in stale] == [("pg-x-01", 1.0)]
+    assert sorted((r.id, r.time_scale, r.definition) for r in report.records) == [
+        ("pg-x-01", 0.05, "new"),
+        ("pg-x-02", 0.05, "k2"),
+    ]
+
+
 def test_the_definition_key_follows_what_is_written(tmp_path: Path) -> None:
     """A default written out (or a new optional field of the format) changes nothing; a
     changed value does."""

@@ -726,7 +726,12 @@ def validate(
             sc.id: definition_key(sc, lib) for sc, lib, _ in (load_scenario(s) for s in scenarios)
         }
         records = scenario_records(summary, declared, definitions, expected)
-        merged = read_report(report).merged(records)
+        merged, stale = read_report(report).merged(records).current(definitions)
+        for r in stale:  # the scenario changed since: its other records say nothing of it now
+            console.print(
+                f"dropped stale record {r.id} ({r.engine} {r.server_version}, scale "
+                f"{r.time_scale:g}, {r.backend})"
+            )
         library = {p.stem for p in report.glob("*.yaml")}
         if library:  # the library's own report: records of removed scenarios go
             merged = merged.only(library)

@@ -117,6 +117,18 @@ class ValidationReport(BaseModel):
             format=self.format, records=[r for r in self.records if r.id in ids]
         )
 
+    def current(
+        self, definitions: dict[str, str]
+    ) -> tuple[ValidationReport, list[ScenarioValidation]]:
+        """This report without the records of the scenarios in ``definitions`` (id -> the
+        definition key they have now) that were validated from another definition (stale at
+        any scale or server: the scenario changed since), and those records."""
+        stale = [
+            r for r in self.records if r.id in definitions and r.definition != definitions[r.id]
+        ]
+        kept = [r for r in self.records if r not in stale]
+        return ValidationReport(format=self.format, records=kept), stale
+
     def merged(self, new: list[ScenarioValidation]) -> ValidationReport:
         """This report with ``new`` replacing the records of the same key, or, for the same
         scenario definition, adding to them the solutions a partial validation ran."""
