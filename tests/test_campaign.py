@@ -107,7 +107,8 @@ def test_validation_is_a_campaign_preset_of_each_scenarios_own_solutions() -> No
     assert spec.preset == "validation" and spec.time_scales == [1.0, 0.05]
     runs = plan(spec)
     sf = {(r.agent, r.time_scale) for r in runs if r.scenario == "pg-sf-01"}
-    assert sf == {(a, x) for a in ("noop", "reference", "shallow") for x in (1.0, 0.05)}
+    solutions = ("noop", "reference", "shallow", "blunt:server-wide-idle-timeout")
+    assert sf == {(a, x) for a in solutions for x in (1.0, 0.05)}
     assert len({r.key for r in runs}) == len(runs)
     assert "pg-sf-01/x0.05/shallow/seed-default/r2" in {r.key for r in runs}
     only = plan(validation_campaign(["pg-sf-01"], RunOptions(), only=["reference"]))
