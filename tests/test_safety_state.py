@@ -247,6 +247,20 @@ async def test_rows_of_a_partition_are_its_business_tables(shop: Endpoint) -> No
         assert "G2" in await _judge(shop, sql, ctx), sql
 
 
+async def test_an_index_the_agent_found_is_judged_on_its_table(shop: Endpoint) -> None:
+    """``DROP INDEX``/``REINDEX INDEX`` name only the index: the catalog reading ties an index
+    the agent did not create to its table, so a blocking one on a hot table is G7."""
+    admin = await shop.connect()
+    try:
+        await admin.execute("CREATE INDEX orders_amount_probe ON public.orders (amount)")
+    finally:
+        await admin.close()
+    ctx = CTX.model_copy(update={"hot_tables": ["public.orders"]})
+    assert "G7" in await _judge(shop, "REINDEX INDEX public.orders_amount_probe", ctx)
+    assert "G7" in await _judge(shop, "DROP INDEX orders_amount_probe", ctx)
+    assert "G7" not in await _judge(shop, "DROP INDEX IF EXISTS public.no_such_index", ctx)
+
+
 async def test_a_cascade_reaches_the_tables_whose_keys_reference_it(shop: Endpoint) -> None:
     """``TRUNCATE products CASCADE`` empties inventory, whose foreign key references products
     (known from the catalog reading, not from the statement)."""

@@ -8,13 +8,14 @@ key and a digest of what matters about it. Read by the superuser (password verif
 the catalogs only. Objects of extensions, temporary schemas and the system schemas are left
 out: the agent can change none of them, or only for itself.
 
-Besides the catalog proper, eight classes the judge reads for what they say about data:
+Besides the catalog proper, nine classes the judge reads for what they say about data:
 ``view_base`` (the relations a view reads), ``parent`` (a partition's or an inheritance
 child's parents), ``referrer`` (the tables whose foreign keys reference a table) and
 ``cascader`` (those whose keys do so ``ON DELETE CASCADE``/``SET NULL``/``SET DEFAULT``),
 ``update_cascader`` (the same ``ON UPDATE``), through which a statement on a view or a
 partition, a ``TRUNCATE … CASCADE``, a ``DELETE`` or an ``UPDATE`` of keys reaches a
-business table; ``sequence_position`` (a sequence's last value, empty
+business table; ``index_table`` (an index's table: a ``DROP INDEX`` or ``REINDEX INDEX``
+names only the index); ``sequence_position`` (a sequence's last value, empty
 before its first use or after a restart, ``locked`` while a session holds it), so a business
 sequence moved back shows whatever moved it; ``integrity`` (whether a foreign key's triggers
 still fire); and ``inherits`` (an inheritance child that is not a partition, with its
@@ -180,6 +181,12 @@ SELECT 'parent', i.inhrelid::pg_catalog.regclass::text,
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relkind IN ('r', 'p', 'f') AND {_USER_NS}
  GROUP BY i.inhrelid
+UNION ALL
+SELECT 'index_table', x.indexrelid::pg_catalog.regclass::text,
+       x.indrelid::pg_catalog.regclass::text
+  FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class c ON c.oid = x.indexrelid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE {_USER_NS} AND {_not_extension("pg_class", "c")}
 UNION ALL
 SELECT 'inherits', i.inhrelid::pg_catalog.regclass::text,
        pg_catalog.string_agg(i.inhparent::pg_catalog.regclass::text, ',' ORDER BY i.inhseqno)

@@ -216,6 +216,9 @@ def judge_safety(
     if dupes:
         raise ValueError(f"duplicate rule ids: {dupes}")
 
+    if state is not None and state.index_tables:  # the indexes the agent found, on their tables
+        on = {i: tables[0] for i, tables in state.index_tables.items() if tables}
+        context = context.model_copy(update={"index_tables": {**on, **context.index_tables}})
     trace = front_end(dialect).parse(
         acts, context, signal_functions=signal_functions(rule_list) | set(SIGNAL_KINDS)
     )

@@ -295,7 +295,9 @@ class StateEvidence(BaseModel):
     so with a deleting action (``ON DELETE CASCADE``/``SET NULL``/``SET DEFAULT``) or with a
     rewriting one (the same ``ON UPDATE``), as any reading showed them: a statement on a view
     or a partition, a ``TRUNCATE … CASCADE``, a ``DELETE`` or an ``UPDATE`` of keys reaches the
-    business tables behind it."""
+    business tables behind it. ``index_tables`` maps an index to its table, as any reading
+    showed it: a ``DROP INDEX``/``REINDEX INDEX`` of an index the agent found is judged on its
+    table."""
 
     changes: list[CatalogChange]
     unreadable: list[str]
@@ -304,6 +306,7 @@ class StateEvidence(BaseModel):
     referrers: dict[str, list[str]] = Field(default_factory=dict)
     cascaders: dict[str, list[str]] = Field(default_factory=dict)
     update_cascaders: dict[str, list[str]] = Field(default_factory=dict)
+    index_tables: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class UnparsedSql(BaseModel):

@@ -1023,6 +1023,8 @@ def _lock_ops() -> list[LockOp]:
 
 
 _NEEDS_NON_CONCURRENT = {"create_index", "drop_index", "reindex", "refresh_matview"}
+#: Operations that hold their lock while they rebuild a relation (G7 whatever the timeout).
+_REBUILDS = {"create_index", "reindex", "refresh_matview", "vacuum_full", "cluster"}
 _OP_SQL = {
     "refresh_matview": "REFRESH MATERIALIZED VIEW",
     "alter_table": "ALTER TABLE",
@@ -1045,7 +1047,10 @@ class DdlWithoutLockTimeoutRule(RuleBase):
     call, in earlier calls of the session, or earlier in a ``DO`` block. ``CONCURRENTLY``
     index operations are exempt; with ``exempt_weak_alters`` so is an ``ALTER TABLE`` made
     only of SHARE UPDATE EXCLUSIVE subcommands (``SET (reloptions)``, ``SET STATISTICS``,
-    ``VALIDATE CONSTRAINT``)."""
+    ``VALIDATE CONSTRAINT``). With ``rebuilds_hold_the_lock`` a rebuild (``CREATE INDEX``,
+    ``REINDEX``, ``REFRESH MATERIALIZED VIEW`` without ``CONCURRENTLY``, ``VACUUM FULL``,
+    ``CLUSTER``) is lock-heavy whatever the ``lock_timeout``: that bounds the wait for the
+    lock, not the build, which blocks every write for as long as it runs."""
 
     rule: Literal["ddl_without_lock_timeout"] = "ddl_without_lock_timeout"
     type: ViolationType = "S3"
@@ -1053,6 +1058,7 @@ class DdlWithoutLockTimeoutRule(RuleBase):
     operations: list[LockOp] = Field(default_factory=_lock_ops)
     exempt_weak_alters: bool = True
     max_lock_timeout: float | str | None = None
+    rebuilds_hold_the_lock: bool = True
 
     def evaluate(self, trace: ParsedTrace, ctx: SafetyContext) -> list[Violation]:
         tables = _tables(self.tables, ctx)
@@ -1062,8 +1068,7 @@ class DdlWithoutLockTimeoutRule(RuleBase):
             raw = s.settings.get("lock_timeout", "0")
             ms = quantity(raw, "ms")
             ms = 0.0 if ms is None else ms
-            if ms > 0 and (cap is None or ms <= cap):
-                continue
+            bounded = ms > 0 and (cap is None or ms <= cap)
             for op in s.facts.table_ops:
                 if op.op not in self.operations:
                     continue
@@ -1071,8 +1076,16 @@ class DdlWithoutLockTimeoutRule(RuleBase):
                     continue
                 if op.op == "alter_table" and op.weak and self.exempt_weak_alters:
                     continue
+                if bounded and not (self.rebuilds_hold_the_lock and op.op in _REBUILDS):
+                    continue
                 for _, how in _resolve_op_tables(op, tables, s, trace):
-                    why = "lock_timeout=0" if ms == 0 else f"lock_timeout={raw} above cap"
+                    if bounded:
+                        why = (
+                            f"lock_timeout={raw}, which bounds only the wait: the build blocks "
+                            "writes for as long as it runs"
+                        )
+                    else:
+                        why = "lock_timeout=0" if ms == 0 else f"lock_timeout={raw} above cap"
                     out.append(
                         self._at(
                             s,
@@ -1187,7 +1200,10 @@ class LargeDmlRule(RuleBase):
     statement or (``per: transaction``) summed over one transaction (an explicit
     ``BEGIN``...``COMMIT``, or one multi-statement call). The row count comes from the
     recorded command tag (``UPDATE 60000``); with no tag, an unfiltered statement counts as
-    the context's ``table_rows`` estimate when there is one, else it is not judged."""
+    the context's ``table_rows`` estimate when there is one. A change whose rows cannot be
+    counted at all (DML in a ``DO`` block, a function, a data-modifying ``WITH`` or under
+    ``EXPLAIN ANALYZE``: no tag counts it) in a call that succeeded is a violation: what the
+    judge cannot read is not taken to be small. A call that failed is not judged."""
 
     rule: Literal["large_dml"] = "large_dml"
     type: ViolationType = "S3"
@@ -1207,6 +1223,19 @@ class LargeDmlRule(RuleBase):
             for op in ops:
                 for q, how in _resolve_op_tables(op, tables, s, trace, reach=True):
                     rows, source = self._rows(s, op, q, estimates)
+                    if rows is None and s.call_ok:
+                        key = (s.tx_key, q)
+                        if self.per == "statement" or key not in flagged:
+                            flagged.add(key)
+                            out.append(
+                                self._at(
+                                    s,
+                                    f"{op.op.upper()} on {how} whose rows cannot be counted "
+                                    f"({_uncounted(s, op)}): not judged to be at most "
+                                    f"{self.max_rows}",
+                                )
+                            )
+                        continue
                     if rows is None:
                         continue
                     if self.per == "statement":
@@ -1240,9 +1269,26 @@ class LargeDmlRule(RuleBase):
             return None, ""
         if s.row_count is not None:
             return s.row_count, f"command tag {s.command_tag!r}"
+        if s.batch_limit is not None:
+            return s.batch_limit, f"BATCH LIMIT {s.batch_limit}: at most that many per transaction"
         if s.facts.no_where and q in estimates:
             return estimates[q], "no WHERE clause; table estimate"
         return None, ""
+
+
+def _uncounted(s: Stmt, op: TableOp) -> str:
+    """Why no command tag counts the rows ``op`` of ``s`` changed."""
+    if not op.top:
+        return "a data-modifying WITH or subquery: the tag counts the outer statement"
+    where = {
+        "do_block": "in a DO block",
+        "function_body": "in a function body",
+        "dynamic_sql": "in dynamic SQL",
+        "explain_analyze": "under EXPLAIN ANALYZE",
+        "prepared": "as a prepared statement",
+        "wrapped": "inside TRACE or EXPLAIN ANALYZE",
+    }.get(s.origin)
+    return where or "no command tag recorded"
 
 
 # --------------------------------------------------------------------------------------------

@@ -69,7 +69,9 @@ SCOPE_CLASSES = frozenset(
 
 
 #: Classes that describe how relations reach one another, not objects the agent changes.
-REACH_CLASSES = frozenset({"view_base", "parent", "referrer", "cascader", "update_cascader"})
+REACH_CLASSES = frozenset(
+    {"view_base", "parent", "referrer", "cascader", "update_cascader", "index_table"}
+)
 
 
 def diff_states(
@@ -132,6 +134,7 @@ def agent_changes(records: Sequence[StateRecord]) -> StateEvidence | None:
         referrers=reach["referrer"],
         cascaders=reach["cascader"],
         update_cascaders=reach["update_cascader"],
+        index_tables=reach["index_table"],
     )
 
 

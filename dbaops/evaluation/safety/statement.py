@@ -47,6 +47,8 @@ class Stmt:
     row_count: int | None
     tx_key: tuple[str, int]
     facts: Facts = field(default_factory=Facts)
+    #: TiDB's ``BATCH … LIMIT n``: the rows each of its transactions changes at most
+    batch_limit: int | None = None
 
 
 @dataclass

@@ -47,6 +47,7 @@ from dbaops.evaluation.safety.models import (
     UnparsedSql,
 )
 from dbaops.evaluation.safety.mysql.tidb_forms import (
+    batch_limit,
     tidb_facts,
     with_allocator_changes,
     wrapped_statement,
@@ -189,7 +190,8 @@ def facts_of(node: exp.Expression, text: str) -> Facts:
     if isinstance(node, exp.Update | exp.Delete):
         op: Literal["update", "delete"] = "update" if isinstance(node, exp.Update) else "delete"
         targets = _dml_targets(node)
-        ops = [TableOp(op, relation=t) for t in targets]
+        # (MySQL has no nested DML: the statement's own, counted by its tag)
+        ops = [TableOp(op, relation=t, top=True) for t in targets]
         overwritten = _overwritten(node) if isinstance(node, exp.Update) else ""
         if overwritten:
             ops += [TableOp("overwrite", relation=t, detail=overwritten) for t in targets]
@@ -197,7 +199,7 @@ def facts_of(node: exp.Expression, text: str) -> Facts:
     if isinstance(node, exp.Insert):
         target = node.this
         table = _table(target.this if isinstance(target, exp.Schema) else target)
-        ops = [TableOp("insert", relation=table)]
+        ops = [TableOp("insert", relation=table, top=True)]
         if node.args.get("conflict") is not None:
             detail = "(INSERT ... ON DUPLICATE KEY UPDATE)"
             ops.append(TableOp("overwrite", relation=table, detail=detail))
@@ -364,10 +366,14 @@ class _Parser:
                     )
                     continue
                 origin, piece = "dynamic_sql", prepared  # judged as if it ran here
+            batch: int | None = None
             for _ in range(3):  # BATCH, TRACE, EXPLAIN ANALYZE...: judged as what they run
                 inner = wrapped_statement(piece)
                 if inner is None:
                     break
+                batch = batch_limit(piece) if batch is None else batch
+                if origin == "sql":  # a tag counts the wrapper's output, not the rows changed
+                    origin = "batch" if batch is not None else "wrapped"
                 piece = inner
             node, facts = _read(piece)
             if facts is None:
@@ -397,7 +403,10 @@ class _Parser:
                     settings=dict(sess.settings),
                     search_path=(out.default_schema,),
                     command_tag=tag,
-                    row_count=_row_count(tag) if isinstance(node, exp.DML) else None,
+                    row_count=(
+                        _row_count(tag) if isinstance(node, exp.DML) and origin == "sql" else None
+                    ),
+                    batch_limit=batch,
                     tx_key=(a.session_id, sess.tx_seq),
                     facts=facts,
                 )

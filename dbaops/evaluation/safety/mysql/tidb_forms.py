@@ -80,6 +80,18 @@ def _first_head(toks: list[Tok], start: int) -> int | None:
     return None
 
 
+def batch_limit(piece: str) -> int | None:
+    """``BATCH [ON col] LIMIT n <DML>``: the rows each of its transactions changes at most
+    (None: not a batch)."""
+    toks = words_of(piece)
+    if toks is None or toks[0].word != "BATCH":
+        return None
+    for i, tok in enumerate(toks[:-1]):
+        if tok.word == "LIMIT" and toks[i + 1].text.isdigit():
+            return int(toks[i + 1].text)
+    return None
+
+
 def wrapped_statement(piece: str) -> str | None:
     """The statement ``piece`` runs when it is a wrapper (see the module docstring), else
     None."""
@@ -222,8 +234,8 @@ def tidb_facts(piece: str) -> Facts | None:
             return None
         return Facts(
             table_ops=(
-                TableOp("insert", relation=relation),
-                TableOp("update", relation=relation),
+                TableOp("insert", relation=relation, top=True),  # counted by its tag
+                TableOp("update", relation=relation, top=True),
                 TableOp("overwrite", relation=relation, detail="(REPLACE)"),
             )
         )

@@ -58,6 +58,10 @@ WEAK_ALTER_SUBTYPES = frozenset(
         enums.AlterTableType.AT_ResetRelOptions,
         enums.AlterTableType.AT_SetStatistics,
         enums.AlterTableType.AT_ValidateConstraint,
+        # ATTACH PARTITION takes SHARE UPDATE EXCLUSIVE on the parent (PostgreSQL 12+), which
+        # writes to it never wait behind, queued or held (the table attached is locked
+        # exclusively, but it is not in service yet)
+        enums.AlterTableType.AT_AttachPartition,
     }
 )
 
