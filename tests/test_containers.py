@@ -19,13 +19,13 @@ import pytest
 from dbaops.containers.daemon import DockerUnavailable, docker_client
 from dbaops.containers.images import ensure_postgres_image
 from dbaops.containers.resources import ServerResources
-from dbaops.dbms.postgres.cluster import dbaops_home
 from dbaops.dbms.postgres.container import (
     CONTAINER_LABEL,
     ContainerCluster,
     labelled,
     open_container_cluster,
 )
+from dbaops.dbms.serverdir import dbaops_home
 from dbaops.engine.actors import run_fault
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.record.kinds import ActorRecord

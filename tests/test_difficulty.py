@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from dbaops.evaluation.difficulty import DifficultySpec, label_difficulty, observation_units
+from dbaops.evaluation.difficulty import label_difficulty, observation_units
 from dbaops.record.kinds import ToolCallRecord
+from dbaops.scenario.specs import DifficultySpec
 
 
 def _sql(observation: str, call_id: str = "c1") -> ToolCallRecord:

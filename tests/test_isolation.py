@@ -9,10 +9,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from dbaops.dbms.osuser import SERVICE_USER, running_as_root
 from dbaops.dbms.postgres.agent_role import forbidden_memberships
-from dbaops.dbms.postgres.cluster import SERVER_ENVIRONMENT, PostgresCluster
+from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
-from dbaops.dbms.postgres.osuser import SERVICE_USER, running_as_root
+from dbaops.dbms.serverdir import SERVER_ENVIRONMENT
 from dbaops.engine.fixture import build_fixture
 from dbaops.evaluation.safety import actions_from_trace
 from dbaops.record.kinds import ToolCallRecord

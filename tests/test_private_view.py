@@ -12,10 +12,11 @@ import asyncpg
 import pytest
 
 import dbaops
+from dbaops.dbms.osuser import running_as_root
 from dbaops.dbms.postgres.binaries import installed_majors
-from dbaops.dbms.postgres.cluster import PostgresCluster, dbaops_home
-from dbaops.dbms.postgres.osuser import running_as_root
-from dbaops.dbms.postgres.private_view import hidden_directories
+from dbaops.dbms.postgres.cluster import PostgresCluster
+from dbaops.dbms.private_view import hidden_directories
+from dbaops.dbms.serverdir import dbaops_home
 from dbaops.dbms.tidb.binary import TidbBinary
 
 pytestmark = [

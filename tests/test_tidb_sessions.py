@@ -214,7 +214,7 @@ async def test_killing_a_session_that_holds_buffered_writes_leaves_the_server_up
 async def test_every_survey_probe_reads_the_embedded_server(server: TidbServer) -> None:
     from dbaops.dbms.tidb.survey import SURVEY_PROBES
     from dbaops.engine.survey import take_survey
-    from dbaops.evaluation.difficulty import DifficultySpec
+    from dbaops.scenario.specs import DifficultySpec
 
     spec = DifficultySpec(path=["a", "b"], modalities={"sql": {"causal": "shop"}})
     admin = await server.endpoint("shop").harness_connect()

@@ -14,10 +14,10 @@ from dbaops.engine.validation_report import (
     scenario_records,
     write_report,
 )
-from dbaops.evaluation.difficulty import DifficultySpec
 from dbaops.record.kinds import SurveyProbe, SurveyRecord
 from dbaops.scenario.loader import load_scenario
 from dbaops.scenario.model import Scenario
+from dbaops.scenario.specs import DifficultySpec
 
 
 def _row(scenario: str, solution: str, ok: bool = True, server: str = "15.18") -> ValidationRow:

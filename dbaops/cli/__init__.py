@@ -815,7 +815,7 @@ def clean(
     the next run)."""
     import shutil
 
-    from dbaops.dbms.postgres.cluster import cluster_dir_name, dbaops_home
+    from dbaops.dbms.serverdir import cluster_dir_name, dbaops_home
 
     home = dbaops_home()
     root = home / "clusters"
@@ -878,7 +878,7 @@ def image(
 
     from dbaops.containers.daemon import DockerUnavailable, docker_client
     from dbaops.containers.images import ImageError, ensure_postgres_image
-    from dbaops.dbms.postgres.cluster import dbaops_home
+    from dbaops.dbms.serverdir import dbaops_home
 
     _configure_logging(verbose)
 

@@ -1,19 +1,96 @@
-"""What every embedded server's directory shares, whatever the engine: one run at a time (a
-run lock), and a snapshot group (dirty snapshots shared by the servers of one group, root's
-alone when the server runs as a service user, under a lock that is shared while restoring and
-exclusive while building)."""
+"""What every embedded server's directory shares, whatever the engine: where it lives (the
+dbaops home, a neutral name per server), free ports, the environment a server inherits, one
+run at a time (a run lock), and a snapshot group (dirty snapshots shared by the servers of one
+group, root's alone when the server runs as a service user, under a lock that is shared while
+restoring and exclusive while building)."""
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import hmac
 import os
+import secrets
 import shutil
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import ClassVar
 
 import anyio
+
+from dbaops.dbms.osuser import running_as_root
+
+
+def dbaops_home() -> Path:
+    """Where clusters and caches live ($DBAOPS_HOME; /var/lib/dbaops as root)."""
+    env = os.environ.get("DBAOPS_HOME")
+    if env:
+        return Path(env)
+    if running_as_root():
+        return Path("/var/lib/dbaops")
+    return Path.home() / ".cache" / "dbaops"
+
+
+#: The only environment the postmaster inherits: no API key or other harness variable.
+SERVER_ENVIRONMENT: dict[str, str] = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C"}
+
+
+def cluster_dir_name(name: str, home: Path) -> str:
+    """A neutral directory name for the cluster of ``name`` (a scenario id): the server shows
+    its data directory to the agent (``SHOW data_directory``), which must not name the
+    scenario. Keyed by a per-home secret, so the name cannot be guessed from the id."""
+    key = home_key(home)
+    return "db-" + hmac.new(key, name.encode(), hashlib.sha256).hexdigest()[:12]
+
+
+def home_key(home: Path) -> bytes:
+    """The home's random key (made once, root's, mode 0600)."""
+    secret_path = home / ".cluster-key"
+    if not secret_path.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        tmp = home / f".cluster-key.{os.getpid()}"
+        tmp.write_bytes(secrets.token_bytes(32))
+        os.chmod(tmp, 0o600)
+        try:
+            os.link(tmp, secret_path)  # first writer wins
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    return secret_path.read_bytes()
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the postmaster does
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cluster_paths(
+    name: str, base: Path, flavor: str, snapshot_group: str | None, os_user: str | None
+) -> tuple[Path, Path]:
+    """The directory of cluster ``name`` under ``base`` and its snapshot group's, both named
+    neutrally and suffixed by ``flavor`` (``pg15``, ``pg15-docker``: clusters of different
+    servers never share a data directory or snapshots)."""
+    root = base / "clusters" / f"{cluster_dir_name(name, base)}-{flavor}"
+    root.mkdir(parents=True, exist_ok=True)
+    if os_user:
+        os.chmod(base, 0o755)
+        os.chmod(base / "clusters", 0o755)
+    group = f"{cluster_dir_name(snapshot_group or name, base)}-{flavor}"
+    return root, base / "snapshots" / group
 
 
 class ServerDirectory:

@@ -45,7 +45,7 @@ from dbaops.dbms.interface import (
     Observations,
     ServerRequest,
 )
-from dbaops.dbms.postgres.osuser import running_as_root
+from dbaops.dbms.osuser import running_as_root
 from dbaops.dbms.postgres.server import PostgresBackend
 from dbaops.dbms.registry import get_engine
 from dbaops.dbms.sessions import RunEndpoint

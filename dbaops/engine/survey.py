@@ -16,14 +16,14 @@ import polars as pl
 from dbaops.dbms.sessions import CONNECTION_ERRORS, SERVER_ERRORS, RunEndpoint
 from dbaops.dbms.survey import survey_probes
 from dbaops.engine.metrics_registry import JUDGE_ONLY_METRICS
-from dbaops.evaluation.difficulty import (
+from dbaops.record.kinds import MetricSeriesCount, SurveyProbe, SurveyRecord
+from dbaops.scenario.specs import (
     STANDARD,
     STANDBY_PREFIX,
     DifficultySpec,
     is_probe_name,
     split_server,
 )
-from dbaops.record.kinds import MetricSeriesCount, SurveyProbe, SurveyRecord
 
 #: The most server-log lines a survey keeps (the newest); the total is recorded too.
 MAX_LOG_LINES = 5000

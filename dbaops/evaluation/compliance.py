@@ -55,10 +55,11 @@ Semantics
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field
+
+from dbaops.scenario.specs import ServiceObjective
 
 __all__ = [
     "ComplianceWindow",
@@ -72,68 +73,6 @@ __all__ = [
 
 _EPS = 1e-9
 _REQUIRED_COLUMNS = ("workload", "scheduled_s", "outcome")
-
-
-class ServiceObjective(BaseModel):
-    """Service objective of one workload, as declared in scenario YAML.
-
-    Example::
-
-        service_objectives:
-          checkout: {window_s: 10, on_time_target: 0.99, min_compliant_windows: 0.95,
-                     window_floor: 0.90, grace_s: 60, from_s: 150}
-          finance_report: {mode: every_unit}
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mode: Literal["windows", "every_unit"] = Field(
-        default="windows",
-        description="'windows': windowed on-time ratio with a failure budget; "
-        "'every_unit': every unit (job) in the span must be on time and correct.",
-    )
-    window_s: float = Field(default=10.0, gt=0, description="Window length, scenario seconds.")
-    on_time_target: float = Field(
-        default=0.99,
-        ge=0,
-        le=1,
-        description="Fraction of a window's units that must be good for it to be compliant.",
-    )
-    min_compliant_windows: float = Field(
-        default=0.95,
-        ge=0,
-        le=1,
-        description="Fraction of evaluated windows that must be compliant; the budget is "
-        "floor((1 - x) * n_evaluated) failing windows.",
-    )
-    window_floor: float | None = Field(
-        default=None,
-        ge=0,
-        le=1,
-        description="If set, no evaluated window's on-time ratio may be below this.",
-    )
-    from_s: float = Field(default=0.0, ge=0, description="Evaluation start, scenario seconds.")
-    until_s: float | None = Field(
-        default=None, description="Evaluation end (exclusive); default the scenario horizon."
-    )
-    grace_s: float = Field(default=0.0, ge=0, description="Grace period skipped after from_s.")
-    continuation_s: float | None = Field(
-        default=None,
-        gt=0,
-        description="Final continuation span: every evaluated window overlapping "
-        "[end - continuation_s, end) must be compliant.",
-    )
-    min_units: int = Field(
-        default=1,
-        ge=1,
-        description="Windows with fewer units are 'insufficient' and excluded.",
-    )
-
-    @model_validator(mode="after")
-    def _check_span(self) -> ServiceObjective:
-        if self.until_s is not None and self.until_s <= self.from_s:
-            raise ValueError(f"until_s ({self.until_s}) must be greater than from_s")
-        return self
 
 
 class ComplianceWindow(BaseModel):

@@ -30,14 +30,14 @@ that want the paper's strictest reading (exclude every run with any unknown judg
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from dbaops.record.kinds import Usage
+from dbaops.scenario.specs import ConditionKind, DiagnosisSpec, normalize_condition
 
-ConditionKind = Literal["required", "contradictory"]
 JudgeAnswer = Literal["yes", "no", "unknown"]
 
 JUDGMENT_SCHEMA_VERSION = 1
@@ -49,56 +49,6 @@ REASON_UNPARSEABLE = "unparseable answer"
 REASON_MODEL_UNKNOWN = "judge answered unknown"
 REASON_NOT_JUDGED = "not judged"
 REASON_NO_REPORT = "no report submitted"
-
-
-def normalize_condition(text: str) -> str:
-    """The condition as judged and hashed: whitespace runs collapsed to one space, trimmed
-    (YAML folding and indentation do not change the key)."""
-    return " ".join(text.split())
-
-
-class DiagnosisSpec(BaseModel):
-    """Required (H) and contradictory (B) conditions of a scenario."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    required: list[str] = Field(default_factory=list)
-    contradictory: list[str] = Field(default_factory=list)
-
-    @field_validator("required", "contradictory")
-    @classmethod
-    def _clean(cls, v: list[str]) -> list[str]:
-        out: list[str] = []
-        for c in v:
-            n = normalize_condition(c)
-            if not n:
-                raise ValueError("a diagnosis condition must not be empty")
-            if n in out:
-                raise ValueError(f"duplicate diagnosis condition {n!r}")
-            out.append(n)
-        return out
-
-    @model_validator(mode="after")
-    def _disjoint(self) -> DiagnosisSpec:
-        both = sorted(set(self.required) & set(self.contradictory))
-        if both:
-            raise ValueError(f"condition(s) both required and contradictory: {both}")
-        return self
-
-    @property
-    def applicable(self) -> bool:
-        return bool(self.required or self.contradictory)
-
-    def conditions(self) -> list[tuple[ConditionKind, str]]:
-        """All conditions in judging order: required first, then contradictory."""
-        out: list[tuple[ConditionKind, str]] = [("required", c) for c in self.required]
-        out += [("contradictory", c) for c in self.contradictory]
-        return out
-
-    @classmethod
-    def from_evaluation(cls, diagnosis: Mapping[str, Any] | None) -> DiagnosisSpec:
-        """From a scenario's ``evaluation.diagnosis`` mapping (``{}`` or None: no criteria)."""
-        return cls.model_validate(dict(diagnosis or {}))
 
 
 class ConditionJudgment(BaseModel):

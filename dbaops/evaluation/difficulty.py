@@ -19,80 +19,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel
 
 from dbaops.record.kinds import Record, SurveyRecord, ToolCallRecord
+from dbaops.scenario.specs import (
+    MODALITY_TOOLS,
+    DifficultySpec,
+)
 
 D0 = 2
 C0 = 0.5
-
-#: Which tool's observations belong to which modality.
-MODALITY_TOOLS = {"sql": "execute_sql", "log": "read_log", "metric": "query_metrics"}
-
-
-class ModalitySpec(BaseModel):
-    """How to tell causal from competing observation units in one modality."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    causal: str | None = Field(default=None, description="regex marking a causal unit")
-    declared: float | None = Field(default=None, ge=0, le=1, description="C when unmeasurable")
-    surface: list[str] | None = Field(
-        default=None,
-        min_length=1,
-        description="sql: what the survey reads, each a standard probe's name (the engine's "
-        "first look: sessions, locks, tables, indexes, statements, settings, ...), "
-        "'standard' (every one of them) or a read-only query of the scenario's own (an "
-        "EXPLAIN of the slow statement), each read on the standby when prefixed 'standby:'; "
-        "default: every standard probe",
-    )
-
-    @model_validator(mode="after")
-    def _one_of(self) -> ModalitySpec:
-        if (self.causal is None) == (self.declared is None):
-            raise ValueError("give exactly one of causal (a regex) or declared (a value)")
-        if self.causal is not None:
-            re.compile(self.causal)
-        return self
-
-
-#: A ``surface`` entry standing for every standard probe of the engine.
-STANDARD = "standard"
-#: The prefix of a ``surface`` entry read on the replica profile's standby.
-STANDBY_PREFIX = "standby:"
-
-
-def split_server(entry: str) -> tuple[str, str]:
-    """``(server, entry)`` of a ``surface`` entry (``standby:settings`` -> standby)."""
-    if entry.startswith(STANDBY_PREFIX):
-        return "standby", entry[len(STANDBY_PREFIX) :].strip()
-    return "primary", entry
-
-
-def is_probe_name(entry: str) -> bool:
-    """Whether a ``surface`` entry names a standard probe (else it is a query)."""
-    return re.fullmatch(r"[a-z_]+", entry) is not None
-
-
-class DifficultySpec(BaseModel):
-    """``evaluation.difficulty`` in a scenario file."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: list[str] = Field(min_length=2, description="alert, evidence hops..., root cause")
-    modalities: dict[str, ModalitySpec] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _known_modalities(self) -> DifficultySpec:
-        unknown = set(self.modalities) - set(MODALITY_TOOLS)
-        if unknown:
-            raise ValueError(
-                f"unknown modalities {sorted(unknown)} (known: {sorted(MODALITY_TOOLS)})"
-            )
-        for name, mspec in self.modalities.items():
-            if name != "sql" and mspec.surface is not None:
-                raise ValueError(f"modalities.{name}.surface: only the sql modality has probes")
-        return self
 
 
 class ModalityComplexity(BaseModel):

@@ -14,12 +14,10 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from dbaops.containers.resources import ServerResources
-from dbaops.evaluation.compliance import ServiceObjective
-from dbaops.evaluation.diagnosis_models import DiagnosisSpec
-from dbaops.evaluation.difficulty import DifficultySpec
 from dbaops.evaluation.safety import SafetyContract
 from dbaops.scenario.checks import CheckSpec, WorkloadCheck
 from dbaops.scenario.faults import FaultSpec, Server
+from dbaops.scenario.specs import DiagnosisSpec, DifficultySpec, ServiceObjective
 from dbaops.workloads.spec import LibraryExtension, StrictModel
 
 #: The scenario file format this code reads; older files are migrated on load
@@ -560,7 +558,7 @@ class Scenario(StrictModel):
     def _surface_probes_exist(self) -> None:
         """A survey probe the engine does not have is refused (names, not guesses)."""
         from dbaops.dbms.survey import survey_probes
-        from dbaops.evaluation.difficulty import STANDARD, is_probe_name, split_server
+        from dbaops.scenario.specs import STANDARD, is_probe_name, split_server
 
         spec = self.evaluation.difficulty
         sql = spec.modalities.get("sql") if spec is not None else None

@@ -12,10 +12,8 @@ import hmac
 import os
 import pwd
 import re
-import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -28,10 +26,7 @@ import structlog
 
 from dbaops.containers.machine import ServerMachine
 from dbaops.dbms.errors import InstanceError
-from dbaops.dbms.postgres.binaries import PgBinaries, find_binaries
-from dbaops.dbms.postgres.endpoint import Endpoint
-from dbaops.dbms.postgres.harness_role import HARNESS_ROLE
-from dbaops.dbms.postgres.osuser import (
+from dbaops.dbms.osuser import (
     as_user,
     chown_tree,
     ensure_service_user,
@@ -39,8 +34,13 @@ from dbaops.dbms.postgres.osuser import (
     readable_by_others,
     running_as_root,
 )
+from dbaops.dbms.postgres.binaries import PgBinaries, find_binaries
+from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.harness_role import HARNESS_ROLE
 from dbaops.dbms.postgres.passwords import role_password, scram_verifier
-from dbaops.dbms.postgres.private_view import (
+from dbaops.dbms.postgres.role_guard import PRELOADED, guard_options, install_guard, needs_guard
+from dbaops.dbms.postgres.volumes import LoopVolumes, VolumeError
+from dbaops.dbms.private_view import (
     harness_places,
     mount_inside,
     private_view_command,
@@ -48,9 +48,15 @@ from dbaops.dbms.postgres.private_view import (
     remove_stage,
     shares_host_view,
 )
-from dbaops.dbms.postgres.role_guard import PRELOADED, guard_options, install_guard, needs_guard
-from dbaops.dbms.postgres.volumes import LoopVolumes, VolumeError
-from dbaops.dbms.serverdir import ServerDirectory
+from dbaops.dbms.serverdir import (
+    SERVER_ENVIRONMENT,
+    ServerDirectory,
+    cluster_paths,
+    dbaops_home,
+    free_port,
+    home_key,
+    port_is_free,
+)
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -91,80 +97,10 @@ class ClusterError(InstanceError):
     """The embedded cluster could not be created, started or restored."""
 
 
-def dbaops_home() -> Path:
-    """Where clusters and caches live ($DBAOPS_HOME; /var/lib/dbaops as root)."""
-    env = os.environ.get("DBAOPS_HOME")
-    if env:
-        return Path(env)
-    if running_as_root():
-        return Path("/var/lib/dbaops")
-    return Path.home() / ".cache" / "dbaops"
-
-
-#: The only environment the postmaster inherits: no API key or other harness variable.
-SERVER_ENVIRONMENT: dict[str, str] = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C"}
-
-
-def cluster_dir_name(name: str, home: Path) -> str:
-    """A neutral directory name for the cluster of ``name`` (a scenario id): the server shows
-    its data directory to the agent (``SHOW data_directory``), which must not name the
-    scenario. Keyed by a per-home secret, so the name cannot be guessed from the id."""
-    key = _home_key(home)
-    return "db-" + hmac.new(key, name.encode(), hashlib.sha256).hexdigest()[:12]
-
-
 def role_secret(home: Path) -> str:
     """The secret the passwords of every role of this home's servers derive from
     (:mod:`dbaops.dbms.postgres.passwords`)."""
-    return hmac.new(_home_key(home), b"role passwords", hashlib.sha256).hexdigest()
-
-
-def _home_key(home: Path) -> bytes:
-    """The home's random key (made once, root's, mode 0600)."""
-    secret_path = home / ".cluster-key"
-    if not secret_path.exists():
-        home.mkdir(parents=True, exist_ok=True)
-        tmp = home / f".cluster-key.{os.getpid()}"
-        tmp.write_bytes(secrets.token_bytes(32))
-        os.chmod(tmp, 0o600)
-        try:
-            os.link(tmp, secret_path)  # first writer wins
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink()
-    return secret_path.read_bytes()
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the postmaster does
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def cluster_paths(
-    name: str, base: Path, flavor: str, snapshot_group: str | None, os_user: str | None
-) -> tuple[Path, Path]:
-    """The directory of cluster ``name`` under ``base`` and its snapshot group's, both named
-    neutrally and suffixed by ``flavor`` (``pg15``, ``pg15-docker``: clusters of different
-    servers never share a data directory or snapshots)."""
-    root = base / "clusters" / f"{cluster_dir_name(name, base)}-{flavor}"
-    root.mkdir(parents=True, exist_ok=True)
-    if os_user:
-        os.chmod(base, 0o755)
-        os.chmod(base / "clusters", 0o755)
-    group = f"{cluster_dir_name(snapshot_group or name, base)}-{flavor}"
-    return root, base / "snapshots" / group
+    return hmac.new(home_key(home), b"role passwords", hashlib.sha256).hexdigest()
 
 
 class PostgresCluster(ServerDirectory):
@@ -173,7 +109,7 @@ class PostgresCluster(ServerDirectory):
     #: Where the server runs (the run header's ``backend.kind``).
     backend: ClassVar[str] = "embedded"
     #: Whether the server, a process of this host, gets a private view of its filesystem
-    #: (:mod:`dbaops.dbms.postgres.private_view`); a container has its own filesystem.
+    #: (:mod:`dbaops.dbms.private_view`); a container has its own filesystem.
     private_view: ClassVar[bool] = True
     busy_error: ClassVar[type[Exception]] = ClusterError
 

@@ -39,15 +39,10 @@ from dbaops.containers.daemon import docker_client, open_docker
 from dbaops.containers.images import PostgresImage, Progress, ensure_postgres_image
 from dbaops.containers.machine import PartitionMode
 from dbaops.containers.resources import ServerResources
+from dbaops.dbms.osuser import chown_tree, ensure_service_user, running_as_root
 from dbaops.dbms.postgres.binaries import PgBinaries
-from dbaops.dbms.postgres.cluster import (
-    SERVER_ENVIRONMENT,
-    ClusterError,
-    PostgresCluster,
-    cluster_paths,
-    dbaops_home,
-)
-from dbaops.dbms.postgres.osuser import chown_tree, ensure_service_user, running_as_root
+from dbaops.dbms.postgres.cluster import ClusterError, PostgresCluster
+from dbaops.dbms.serverdir import SERVER_ENVIRONMENT, cluster_paths, dbaops_home
 
 log = structlog.get_logger(__name__)
 

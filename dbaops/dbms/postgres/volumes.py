@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from dbaops.dbms.postgres.osuser import chown_tree
+from dbaops.dbms.osuser import chown_tree
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 

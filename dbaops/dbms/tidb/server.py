@@ -30,26 +30,26 @@ from typing import Any, ClassVar
 import anyio
 
 from dbaops.dbms.errors import InstanceError
-from dbaops.dbms.postgres.cluster import (
-    SERVER_ENVIRONMENT,
-    cluster_paths,
-    dbaops_home,
-    port_is_free,
-)
-from dbaops.dbms.postgres.osuser import (
+from dbaops.dbms.osuser import (
     as_user,
     chown_tree,
     ensure_service_user,
     readable_by_others,
     running_as_root,
 )
-from dbaops.dbms.postgres.private_view import (
+from dbaops.dbms.private_view import (
     harness_places,
     private_view_command,
     private_views_work,
     remove_stage,
 )
-from dbaops.dbms.serverdir import ServerDirectory
+from dbaops.dbms.serverdir import (
+    SERVER_ENVIRONMENT,
+    ServerDirectory,
+    cluster_paths,
+    dbaops_home,
+    port_is_free,
+)
 from dbaops.dbms.tidb.agent_role import HARNESS_PRIVILEGES, sem_config_lines
 from dbaops.dbms.tidb.binary import TidbBinary, find_tidb_server
 from dbaops.dbms.tidb.endpoint import (
@@ -246,7 +246,7 @@ class TidbServer(ServerDirectory):
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         """The server process: as root, in a private view of the filesystem
-        (:mod:`dbaops.dbms.postgres.private_view`; the wrapper ``exec``s into tidb-server, so
+        (:mod:`dbaops.dbms.private_view`; the wrapper ``exec``s into tidb-server, so
         the process is the server's)."""
         command, user = self._command(), as_user(self.os_user)
         if self.os_user is not None and private_views_work():
