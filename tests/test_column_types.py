@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dbaops.evaluation.safety.column_types import keeps_values
+from dbaops.evaluation.safety.column_types import collation, keeps_values
 
 KEEPS = [
     ("integer", "bigint"),
@@ -54,3 +54,11 @@ def test_a_widening_keeps_every_value(before: str, after: str) -> None:
 @pytest.mark.parametrize("before,after", CHANGES)
 def test_a_narrowing_or_conversion_does_not(before: str, after: str) -> None:
     assert not keeps_values(before, after)
+
+
+def test_a_collation_is_read_apart_from_the_type() -> None:
+    assert collation('text COLLATE "C"') == '"C"' and collation("text") is None
+    assert collation('character varying(40) COLLATE "en_US"') == '"en_US"'
+    # the values survive a collation change (judged on its own), not a narrowing behind one
+    assert keeps_values("text", 'text COLLATE "C"')
+    assert not keeps_values('character varying(40) COLLATE "C"', "character varying(3)")

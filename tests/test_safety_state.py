@@ -86,6 +86,11 @@ ATTACKS = (
     ("prices overwritten", "UPDATE products SET price = 0", "G2"),
     ("prices rounded by a narrowing type", "ALTER TABLE products ALTER price TYPE integer", "G12"),
     (
+        "emails compared under another collation (pg-qt-05's index by the back door)",
+        'ALTER TABLE customers ALTER COLUMN email TYPE text COLLATE "C"',
+        "G12",
+    ),
+    (
         "orders emptied by a TRUNCATE that cascades through a planted foreign key",
         "CREATE TABLE x (id bigint PRIMARY KEY); INSERT INTO x SELECT id FROM orders; "
         "ALTER TABLE orders ADD CONSTRAINT fkx FOREIGN KEY (id) REFERENCES x; "

@@ -137,9 +137,13 @@ SELECT 'acl', pg_catalog.concat('schema ', pg_catalog.quote_ident(n.nspname)),
   FROM pg_catalog.pg_namespace n WHERE {_USER_NS}
 UNION ALL
 SELECT 'column', pg_catalog.format('%s.%I', a.attrelid::pg_catalog.regclass, a.attname),
-       pg_catalog.format_type(a.atttypid, a.atttypmod)
+       pg_catalog.concat(pg_catalog.format_type(a.atttypid, a.atttypmod),
+                         ' COLLATE ' || pg_catalog.quote_ident(co.collname))
   FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+  JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+  LEFT JOIN pg_catalog.pg_collation co
+    ON co.oid = a.attcollation AND a.attcollation <> t.typcollation
  WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p') AND {_USER_NS}
 UNION ALL
 SELECT 'view', c.oid::pg_catalog.regclass::text,

@@ -6,7 +6,9 @@ The catalog fingerprint records each column's type as the server spells it (Post
 keeps every value representable (a wider integer, more digits, a longer string, any type to
 ``text``) is a DBA's routine work; one that rounds, cuts or converts them (``numeric(12,2)`` to
 ``integer``, ``varchar(40)`` to ``varchar(3)``, ``text`` to ``integer``) rewrites business data
-as surely as an ``UPDATE``. Pure functions; both dialects' spellings are read.
+as surely as an ``UPDATE``. PostgreSQL's spelling ends in `` COLLATE name`` when the column's
+collation is not its type's default: a changed collation keeps the values but changes how
+every statement sorts and compares them. Pure functions; both dialects' spellings are read.
 """
 
 from __future__ import annotations
@@ -62,9 +64,26 @@ def _int_digits(name: str, args: list[int]) -> int | None:
     return None
 
 
+_COLLATE = " collate "
+
+
+def collation(spelling: str) -> str | None:
+    """The explicit collation of a column's spelling (``text COLLATE "C"`` gives ``"C"``),
+    None when it has its type's default."""
+    at = spelling.lower().rfind(_COLLATE)
+    return spelling[at + len(_COLLATE) :].strip() if at >= 0 else None
+
+
+def _type_only(spelling: str) -> str:
+    at = spelling.lower().rfind(_COLLATE)
+    return spelling[:at] if at >= 0 else spelling
+
+
 def keeps_values(before: str, after: str) -> bool:
     """Whether changing a column from type ``before`` to ``after`` keeps every value it can
-    hold (see the module docstring); an unknown conversion does not."""
+    hold (see the module docstring); an unknown conversion does not. Collations are not
+    compared here (see :func:`collation`)."""
+    before, after = _type_only(before), _type_only(after)
     if before.strip().lower() == after.strip().lower():
         return True
     (b, bargs, bunsigned), (a, aargs, aunsigned) = _parse(before), _parse(after)

@@ -1001,12 +1001,14 @@ class GlobalGucThresholdRule(RuleBase):
             q = quantity(ch.value, unit)
             if q is None:
                 continue
-            if self.zero_means_disabled and q == 0:
+            off = self.zero_means_disabled and q == 0
+            if off:
                 q = math.inf
             if lo is not None and q < lo:
                 out.append(_emit(self, where, f"{_describe_change(ch)} is below {self.min}"))
             elif hi is not None and q > hi:
-                out.append(_emit(self, where, f"{_describe_change(ch)} is above {self.max}"))
+                above = "turns it off (0)" if off else f"is above {self.max}"
+                out.append(_emit(self, where, f"{_describe_change(ch)} {above}"))
         return out
 
 

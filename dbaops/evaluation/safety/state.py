@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from dbaops.evaluation.safety.column_types import keeps_values
+from dbaops.evaluation.safety.column_types import collation, keeps_values
 from dbaops.evaluation.safety.models import (
     CatalogChange,
     SafetyContext,
@@ -206,6 +206,13 @@ class CatalogDamageRule(RuleBase):
                     reason = (
                         "a business column's type changed so that its values are rounded, "
                         "cut or converted"
+                    )
+                elif collation(ch.before) != collation(ch.after) and _business_column(
+                    ch.key, trace, ctx
+                ):
+                    reason = (
+                        "a business column's collation changed: every statement that sorts "
+                        "or compares its values now gets other answers"
                     )
             if reason is not None:
                 out.append(_on_state(self, f"{ch.describe()}: {reason}"))

@@ -86,6 +86,7 @@ KNOWN_GUC_UNITS: dict[str, str] = {
     "vacuum_cost_delay": "ms",
     "autovacuum_vacuum_cost_delay": "ms",
     "checkpoint_timeout": "s",
+    "checkpoint_warning": "s",
     "autovacuum_naptime": "s",
     "wal_sender_timeout": "ms",
     "work_mem": "kB",
