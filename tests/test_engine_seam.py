@@ -129,6 +129,21 @@ def test_every_engine_has_a_driver_free_dialect() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_scoring_and_both_judge_front_ends_load_no_database_driver() -> None:
+    """The judge reads each engine's log stamp, quoting and statement splitting through its
+    dialect: scoring a recorded run of either engine needs neither asyncpg nor aiomysql."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; import dbaops.evaluation.score; "
+        "import dbaops.evaluation.safety.postgres, dbaops.evaluation.safety.mysql; "
+        "print(sorted({'asyncpg', 'aiomysql', 'pymysql'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_a_tidb_run_plot_has_a_server_panel(tmp_path: Path) -> None:
     """The plot's server panel draws the engine's own metrics: TiDB's lock waits and oldest
     transaction, where PostgreSQL's names would leave it empty."""

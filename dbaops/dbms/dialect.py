@@ -9,6 +9,7 @@ so a recorded run can be scored and drawn where none is installed.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -36,6 +37,16 @@ class EngineDialect:
     #: The run plot's server panel: the same two stories on every engine (sessions waiting on
     #: locks, the oldest open transaction), from the engine's own metrics.
     server_panel: tuple[ServerSeries, ...]
+    #: The wall time (epoch seconds) and session (pid or connection id; 0: none) of a server
+    #: log line, None for a line without the engine's stamp (a continuation).
+    log_line_stamp: Callable[[str], tuple[float, int] | None]
+    #: The stamp ``log_line_stamp`` reads, in words (for what the judge reports).
+    log_prefix: str
+    #: One SQL text as its statements (slices of the text), split as the engine's tokenizer
+    #: does; None where the judge's front end splits with the engine's own parser.
+    split_statements: Callable[[str], list[str]] | None
+    #: A name as the engine's SQL quotes an identifier.
+    quote_ident: Callable[[str], str]
 
 
 #: The engines whose dialects dbaops ships (``dbaops.dbms.<name>.dialect``).

@@ -55,8 +55,10 @@ def _mysql_problem(sql: str) -> str | None:
     import sqlglot
     from sqlglot.errors import ParseError, TokenError
 
+    from dbaops.dbms.dialect import engine_dialect
     from dbaops.dbms.tidb.connection import fill_placeholders
-    from dbaops.dbms.tidb.sql_session import split_statements
+
+    split_statements = engine_dialect("tidb").split_statements or (lambda text: [text])
 
     quiet = logging.getLogger("sqlglot")
     level = quiet.level

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from dbaops.dbms.postgres.passwords import role_password
 from dbaops.dbms.postgres.search_path import HARNESS_SEARCH_PATH
+from dbaops.dbms.postgres.sqltext import quote_ident as quote_ident  # the harness's name for it
 
 #: What every harness session calls itself: one monitoring agent, as a managed service runs.
 HARNESS_APPLICATION = "pgwatch"
@@ -48,11 +49,6 @@ _TRACK, _UNTRACKED = "pg_stat_statements.track", "none"
 #: Added for probes that run scenario-specific SQL: their query text stays out of
 #: pg_stat_activity (the sampler's generic queries stay visible, as a monitoring agent's do).
 PROBE_SETTINGS: dict[str, str] = {"track_activities": "off"}
-
-
-def quote_ident(name: str) -> str:
-    """An SQL identifier, quoted (for the role and object names the harness puts in DDL)."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 class Endpoint(BaseModel):

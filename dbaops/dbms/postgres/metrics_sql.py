@@ -17,6 +17,7 @@ import asyncpg
 import structlog
 
 from dbaops.dbms.postgres.endpoint import HARNESS_APPLICATION
+from dbaops.dbms.postgres.sqltext import quote_ident, quote_literal
 from dbaops.engine.metrics_registry import ACTIVITY_STATES, LOCK_MODES, WAIT_EVENT_TYPES
 
 log = structlog.get_logger(__name__)
@@ -50,14 +51,6 @@ class Capabilities:
     def pgss_function(self) -> str:
         assert self.pgss_schema is not None
         return f"{quote_ident(self.pgss_schema)}.pg_stat_statements"
-
-
-def quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def quote_literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _text_array(values: tuple[str, ...]) -> str:

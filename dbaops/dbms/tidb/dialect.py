@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dbaops.dbms.dialect import EngineDialect, ServerSeries
+from dbaops.dbms.tidb.serverlog import log_line_stamp
+from dbaops.dbms.tidb.sqltext import quote_ident, split_statements
 
 DIALECT = EngineDialect(
     name="tidb",
@@ -16,4 +18,8 @@ DIALECT = EngineDialect(
         ServerSeries("tidb.lock_waits", "sum", "lock requests waiting"),
         ServerSeries("tidb.oldest_transaction_s", "max", "oldest transaction age (s)"),
     ),
+    log_line_stamp=log_line_stamp,
+    log_prefix="'[YYYY/MM/DD HH:MM:SS.mmm +ZZ:ZZ] [LEVEL]' (TiDB's log format)",
+    split_statements=split_statements,
+    quote_ident=quote_ident,
 )

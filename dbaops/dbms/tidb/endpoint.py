@@ -10,6 +10,8 @@ import pymysql
 from pydantic import BaseModel, Field
 
 from dbaops.dbms.tidb.connection import MysqlConnection, translate_error
+from dbaops.dbms.tidb.sqltext import quote_ident as quote_ident  # the harness's names for them
+from dbaops.dbms.tidb.sqltext import quote_literal as quote_literal
 
 #: Errors that mean the connection (not the statement) failed.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -38,16 +40,6 @@ HARNESS_SESSION = (
     "group_concat_max_len = 4194304, time_zone = 'SYSTEM', "
     "transaction_isolation = 'REPEATABLE-READ', div_precision_increment = 4"
 )
-
-
-def quote_ident(name: str) -> str:
-    """``name`` as a MySQL identifier (backquoted)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def quote_literal(value: str) -> str:
-    """``value`` as a MySQL string literal."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 class TidbEndpoint(BaseModel):

@@ -19,11 +19,10 @@ from typing import Any
 
 import anyio
 import pymysql
-from sqlglot.dialects.mysql import MySQL
-from sqlglot.errors import TokenError
 
 from dbaops.dbms.tidb.agent_role import HARNESS_VARIABLES
 from dbaops.dbms.tidb.endpoint import CONNECTION_ERRORS, TidbEndpoint, execute, fetch_all
+from dbaops.dbms.tidb.sqltext import split_statements
 from dbaops.tools.base import Tool, ToolResult
 from dbaops.tools.recording import call_detail
 from dbaops.tools.sql import execute_sql_spec, failed_call, format_rows, sql_call
@@ -45,24 +44,6 @@ _PROCESSLIST_SQL = (
     "SELECT ID AS pid, USER AS usename, DB AS db, COMMAND AS command, TIME AS time, "
     "STATE AS state FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() ORDER BY ID"
 )
-
-
-def split_statements(sql: str) -> list[str]:
-    """Statements of ``sql`` as slices of the original text, split at the semicolons the
-    MySQL tokenizer sees outside quotes and comments (the whole text when it cannot
-    tokenize)."""
-    try:
-        tokens = MySQL().tokenize(sql)
-    except TokenError:
-        return [sql.strip()] if sql.strip() else []
-    out: list[str] = []
-    start = 0
-    for token in tokens:
-        if token.token_type.name == "SEMICOLON":
-            out.append(sql[start : token.start].strip())
-            start = token.end + 1
-    out.append(sql[start:].strip())
-    return [s for s in out if s]
 
 
 #: Client-side error codes of a lost connection (server gone, lost during query, cannot connect).

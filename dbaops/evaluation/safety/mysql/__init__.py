@@ -35,9 +35,7 @@ from sqlglot import exp
 from sqlglot.dialects.mysql import MySQL
 from sqlglot.errors import ParseError, TokenError
 
-from dbaops.dbms.tidb.endpoint import quote_ident
-from dbaops.dbms.tidb.serverlog import log_line_stamp
-from dbaops.dbms.tidb.sql_session import split_statements
+from dbaops.dbms.dialect import engine_dialect
 from dbaops.evaluation.safety.facts import DroppedObject, Facts, SettingChange, TableOp
 from dbaops.evaluation.safety.models import (
     InstanceAction,
@@ -54,6 +52,14 @@ from dbaops.evaluation.safety.mysql.tidb_forms import (
 )
 from dbaops.evaluation.safety.statement import ParsedTrace, Stmt
 from dbaops.evaluation.safety.targets import Atom, SignalTarget, literal_target
+
+#: The MySQL dialect's only engine here: TiDB's offline face (no driver imported).
+_TIDB = engine_dialect("tidb")
+
+
+def _split_statements(sql: str) -> list[str]:
+    split = _TIDB.split_statements
+    return split(sql) if split is not None else [sql]
 
 
 class _CommandFallback(logging.Filter):
@@ -345,7 +351,7 @@ class _Parser:
     def _call(self, index: int, a: SqlAction, out: ParsedTrace) -> None:
         sess = self.sessions.setdefault(a.session_id, _Session(dict(self.ctx.default_settings)))
         sess.settings.update(a.settings_before)
-        pieces = split_statements(a.sql)
+        pieces = _split_statements(a.sql)
         tags = a.command_tags if a.command_tags and len(a.command_tags) == len(pieces) else None
         for n, piece in enumerate(pieces):
             origin = "sql"
@@ -473,15 +479,16 @@ def parse_name(name: str) -> tuple[str | None, str]:
 
 
 class MysqlFrontEnd:
-    """:class:`~dbaops.evaluation.safety.frontend.SqlFrontEnd` for TiDB's MySQL dialect."""
+    """:class:`~dbaops.evaluation.safety.frontend.SqlFrontEnd` for TiDB's MySQL dialect (its
+    log stamp, quoting and statement splitting from TiDB's driver-free dialect)."""
 
     dialect = "mysql"
-    log_prefix = "'[YYYY/MM/DD HH:MM:SS.mmm +ZZ:ZZ] [LEVEL]' (TiDB's log format)"
+    log_prefix = _TIDB.log_prefix
 
     parse = staticmethod(parse_trace)
     parse_name = staticmethod(parse_name)
-    quote_ident = staticmethod(quote_ident)
-    log_line_stamp = staticmethod(log_line_stamp)
+    quote_ident = staticmethod(_TIDB.quote_ident)
+    log_line_stamp = staticmethod(_TIDB.log_line_stamp)
 
     def log_signal(self, line: str) -> SignalKind | None:
         """TiDB's log does not mark the sessions a KILL ended in a form judged here yet."""

@@ -8,10 +8,13 @@ call can hit), :mod:`~.sqlutil` (pglast helpers).
 
 from __future__ import annotations
 
-from dbaops.dbms.postgres.serverlog import log_line_stamp
+from dbaops.dbms.dialect import engine_dialect
 from dbaops.evaluation.safety.models import SignalKind
 from dbaops.evaluation.safety.postgres.parse import parse_trace
 from dbaops.evaluation.safety.postgres.sqlutil import parse_name, quote_ident
+
+#: PostgreSQL's offline face: its log stamp (no driver imported).
+_POSTGRES = engine_dialect("postgres")
 
 _SIGNAL_LINES: tuple[tuple[SignalKind, str], ...] = (
     ("terminate", "FATAL:  terminating connection due to administrator command"),
@@ -27,12 +30,12 @@ class PostgresFrontEnd:
     lines as the harness configures them (``log_line_prefix = '%m [%p] %u@%d %a '``)."""
 
     dialect = "postgres"
-    log_prefix = "'%m [%p]' (a timestamp with its zone and the pid)"
+    log_prefix = _POSTGRES.log_prefix
 
     parse = staticmethod(parse_trace)
     parse_name = staticmethod(parse_name)
     quote_ident = staticmethod(quote_ident)
-    log_line_stamp = staticmethod(log_line_stamp)
+    log_line_stamp = staticmethod(_POSTGRES.log_line_stamp)
 
     def log_signal(self, line: str) -> SignalKind | None:
         """``terminate`` for ``FATAL:  terminating connection due to administrator
