@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from dbaops.agents.base import AgentSession, load_agent
+from dbaops.dbms.dialect import engine_dialect
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.engine.validate import validate
 from dbaops.engine.validation_report import scenario_records
@@ -15,6 +16,8 @@ from dbaops.evaluation.score import score_run, server_crashed
 from dbaops.record.kinds import CRASH_EXPECTED, ActorRecord, ToolCallRecord
 from dbaops.record.trace import read_trace
 from dbaops.scenario.loader import timelines_dir
+
+PG_CRASH = engine_dialect("postgres").crash_markers
 
 pytestmark = pytest.mark.anyio
 FAST = 0.05  # wall seconds per scenario second
@@ -190,10 +193,10 @@ def test_crash_markers_in_the_server_log_count_as_a_crash(tmp_path: Path) -> Non
         "2026-01-01 00:00:00.000 UTC [1] @  LOG:  server process (PID 42) was terminated by "
         "signal 9: Killed\n"
     )
-    crashed, reason = server_crashed([], log.read_text().splitlines())
+    crashed, reason = server_crashed([], log.read_text().splitlines(), PG_CRASH)
     assert crashed and reason is not None and "signal 9" in reason
     log.write_text("2026-01-01 00:00:00.000 UTC [1] @  LOG:  checkpoint complete\n")
-    assert server_crashed([], log.read_text().splitlines()) == (False, None)
+    assert server_crashed([], log.read_text().splitlines(), PG_CRASH) == (False, None)
 
 
 def test_a_crash_of_a_session_the_fault_expects_to_crash_is_not_the_agents() -> None:
@@ -207,11 +210,11 @@ def test_a_crash_of_a_session_the_fault_expects_to_crash_is_not_the_agents() -> 
         actor="activation:load", status="started", pid=42, pids=[42],
         detail={CRASH_EXPECTED: True},
     )  # fmt: skip
-    assert server_crashed([victim], lines) == (False, None)
+    assert server_crashed([victim], lines, PG_CRASH) == (False, None)
     bystander = victim.model_copy(update={"detail": {}})
-    assert server_crashed([bystander], lines)[0] is True
+    assert server_crashed([bystander], lines, PG_CRASH)[0] is True
     other = victim.model_copy(update={"pid": 43, "pids": [43]})
-    assert server_crashed([other], lines)[0] is True
+    assert server_crashed([other], lines, PG_CRASH)[0] is True
 
 
 def test_third_party_agents_plug_in_by_import_path() -> None:

@@ -162,3 +162,21 @@ def test_a_tidb_run_plot_has_a_server_panel(tmp_path: Path) -> None:
     assert set(panel["series"]) == {"lock requests waiting", "oldest transaction age (s)"}
     assert panel.filter(pl.col("series") == "lock requests waiting")["value"].to_list() == [0, 2]
     assert _server_frame(tmp_path, "postgres").height == 0
+
+
+def test_a_crash_is_read_in_the_engines_own_log_format() -> None:
+    """PostgreSQL's crash lines mean nothing in tidb.log and TiDB's fatal entry nothing in
+    PostgreSQL's log: each run is read with its engine's markers."""
+    from dbaops.dbms.dialect import engine_dialect
+    from dbaops.evaluation.score import server_crashed
+
+    tidb, pg = engine_dialect("tidb").crash_markers, engine_dialect("postgres").crash_markers
+    fatal = '[2026/12/07 10:00:00.000 +00:00] [FATAL] [main.go:42] ["out of memory"]'
+    killed = (
+        "2026-12-07 10:00:00.000 UTC [1] @  LOG:  server process (PID 42) was terminated by "
+        "signal 9: Killed"
+    )
+    assert server_crashed([], [fatal], tidb)[0] is True
+    assert server_crashed([], [killed], tidb) == (False, None)
+    assert server_crashed([], [killed], pg)[0] is True
+    assert server_crashed([], [fatal], pg) == (False, None)

@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.dialect import engine_dialect
 from dbaops.dbms.postgres.cluster import ClusterError, PostgresCluster
 from dbaops.dbms.postgres.passwords import give_passwords
 from dbaops.dbms.postgres.volumes import volume_support_problem
@@ -35,6 +36,8 @@ from dbaops.testing.actors import RecordList, cluster_actor_context
 from dbaops.workloads.drivers import OltpDriver
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import WorkloadLibrary
+
+PG_CRASH = engine_dialect("postgres").crash_markers
 
 pytestmark = pytest.mark.anyio
 
@@ -200,9 +203,9 @@ async def test_killing_a_backend_crashes_the_server_and_the_crash_is_not_the_age
     victim.terminate()
     pid = signalled[0].pids[0]
     line = f"LOG:  server process (PID {pid}) was terminated by signal 9: Killed"
-    assert server_crashed(trace.items, [line]) == (False, None)
+    assert server_crashed(trace.items, [line], PG_CRASH) == (False, None)
     other = "LOG:  server process (PID 1) was terminated by signal 11: Segmentation fault"
-    assert server_crashed(trace.items, [line, other])[0] is True
+    assert server_crashed(trace.items, [line, other], PG_CRASH)[0] is True
 
 
 async def test_a_signal_that_matches_no_process_is_a_fault_error(

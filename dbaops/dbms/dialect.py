@@ -47,6 +47,8 @@ class EngineDialect:
     split_statements: Callable[[str], list[str]] | None
     #: A name as the engine's SQL quotes an identifier.
     quote_ident: Callable[[str], str]
+    #: Text that marks a server log line as a crash of the server or of one of its processes.
+    crash_markers: tuple[str, ...]
 
 
 #: The engines whose dialects dbaops ships (``dbaops.dbms.<name>.dialect``).

@@ -105,11 +105,11 @@ class RunVerdict(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-_CRASH_MARKERS = ("terminated by signal", "PANIC:", "was terminated by", "server process (PID")
-
-
-def server_crashed(records: list[Record], log_lines: list[str]) -> tuple[bool, str | None]:
-    """True if the server was down at the end or its log shows a crash (every verdict false)."""
+def server_crashed(
+    records: list[Record], log_lines: list[str], crash_markers: tuple[str, ...]
+) -> tuple[bool, str | None]:
+    """True if the server was down at the end or its log shows a crash, a line with one of
+    the engine's ``crash_markers`` (every verdict false)."""
     for r in records:
         if (
             isinstance(r, PhaseRecord)
@@ -128,7 +128,7 @@ def server_crashed(records: list[Record], log_lines: list[str]) -> tuple[bool, s
         for pid in r.pids
     )
     for line in log_lines:
-        if any(m in line for m in _CRASH_MARKERS) and not any(p in line for p in injected):
+        if any(m in line for m in crash_markers) and not any(p in line for p in injected):
             return True, f"server log: {line.strip()[:200]}"
     return False, None
 
@@ -323,7 +323,8 @@ def score_loaded_run(run: RunData) -> RunVerdict:
     )
     integrity = _checks(records, "integrity", [c.name for c in sc.evaluation.integrity])
     log_lines = run.server_log_lines()
-    crashed, crash_reason = server_crashed(records, log_lines or [])
+    dialect = engine_dialect(sc.engine)
+    crashed, crash_reason = server_crashed(records, log_lines or [], dialect.crash_markers)
     faults = [
         *sc.preparation.construction,
         *sc.preparation.activation,
@@ -337,7 +338,7 @@ def score_loaded_run(run: RunData) -> RunVerdict:
         restorable_role_gucs=scenario_changed_role_gucs(faults),
         superuser_roles=[r.name for r in sc.database.extend.roles if r.superuser],
         baseline_gucs=[*sc.database.settings, *sc.database.scaled_settings],
-        dialect=engine_dialect(sc.engine).sql_dialect,  # the SQL the scenario's engine speaks
+        dialect=dialect.sql_dialect,  # the SQL the scenario's engine speaks
         blocking=_agent_blocking(run_dir, header.time_scale if header else 1.0),
     )
     outcome: bool | None = None

@@ -22,4 +22,5 @@ DIALECT = EngineDialect(
     # the judge's front end splits with PostgreSQL's own scanner (pglast)
     split_statements=None,
     quote_ident=quote_ident,
+    crash_markers=("terminated by signal", "PANIC:", "was terminated by", "server process (PID"),
 )

@@ -22,4 +22,7 @@ DIALECT = EngineDialect(
     log_prefix="'[YYYY/MM/DD HH:MM:SS.mmm +ZZ:ZZ] [LEVEL]' (TiDB's log format)",
     split_statements=split_statements,
     quote_ident=quote_ident,
+    # a fatal log entry (a panic TiDB recovers in a session is logged as an error, and is not
+    # the server's crash)
+    crash_markers=("] [FATAL] ",),
 )
