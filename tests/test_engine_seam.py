@@ -180,3 +180,51 @@ def test_a_crash_is_read_in_the_engines_own_log_format() -> None:
     assert server_crashed([], [killed], tidb) == (False, None)
     assert server_crashed([], [killed], pg)[0] is True
     assert server_crashed([], [fatal], pg) == (False, None)
+
+
+def test_metric_checks_are_validated_against_the_scenarios_engine(tmp_path: Path) -> None:
+    """A TiDB scenario may check what TiDB's sampler records (tidb.*), and not PostgreSQL's
+    metrics, which its runs never have."""
+    import yaml
+
+    from dbaops.scenario.loader import ScenarioError, load_scenario, timelines_dir
+
+    def with_check(metric: str, stat: str) -> Path:
+        doc = yaml.safe_load((timelines_dir() / "tb-rg-01.yaml").read_text())
+        doc["evaluation"]["terminal"].append(
+            {"check": "metric", "name": "m", "metric": metric, "stat": stat, "op": ">=",
+             "value": 0, "over_s": 30}
+        )  # fmt: skip
+        path = tmp_path / f"{metric}.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+    sc = load_scenario(with_check("tidb.lock_waits", "max"))[0]
+    assert sc.evaluation.terminal[-1].name == "m"
+    with pytest.raises(ScenarioError, match=r"unknown metric 'db.temp_bytes' on tidb"):
+        load_scenario(with_check("db.temp_bytes", "increase"))
+
+
+@pytest.mark.anyio
+async def test_query_metrics_describes_the_engines_own_metrics() -> None:
+    """A TiDB agent's metric list describes tidb.* from TiDB's registry (not as unknown)."""
+    import polars as pl
+
+    from dbaops.clock import ScenarioClock
+    from dbaops.dbms.dialect import engine_dialect
+    from dbaops.record.tables import METRIC_SCHEMA
+    from dbaops.tools.metrics_tool import metrics_tool
+
+    frame = pl.DataFrame(
+        {"t_s": [1.0, 2.0], "metric": ["tidb.lock_waits"] * 2, "label": ["", ""],
+         "value": [0.0, 4.0]},
+        schema=METRIC_SCHEMA,
+    )  # fmt: skip
+    clock = ScenarioClock()
+    clock.restart(10.0)
+    tool = metrics_tool(lambda: frame, pl.DataFrame, clock, dialect=engine_dialect("tidb"))
+    listing = (await tool.handler({})).observation
+    assert "tidb.lock_waits [gauge, locks] lock_waits (information_schema)" in listing
+    assert "not in registry" not in listing and "pg_stat_statements" not in tool.spec.description
+    served = await tool.handler({"names": ["tidb.lock_waits"], "window": [0, 10]})
+    assert served.ok and "4" in served.observation

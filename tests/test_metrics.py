@@ -449,8 +449,10 @@ async def test_sampler_times_business_sessions_waiting_on_the_agents_locks(
 async def test_the_agent_cannot_read_what_the_judge_measures_of_it() -> None:
     """``query_metrics`` lists and serves the server's metrics but not the judge's count of
     sessions waiting on the agent's own locks."""
+    from dbaops.dbms.dialect import engine_dialect
     from dbaops.tools.metrics_tool import metrics_tool
 
+    pg_dialect = engine_dialect("postgres")
     frame = pl.DataFrame(
         {"t_s": [1.0, 1.0], "metric": ["locks.blocked_by_agent", "activity.connections"],
          "label": ["", ""], "value": [3.0, 12.0]},
@@ -458,7 +460,7 @@ async def test_the_agent_cannot_read_what_the_judge_measures_of_it() -> None:
     )  # fmt: skip
     clock = ScenarioClock()
     clock.restart(10.0)
-    tool = metrics_tool(lambda: frame, lambda: pl.DataFrame(), clock, overview="locks, ...")
+    tool = metrics_tool(lambda: frame, lambda: pl.DataFrame(), clock, dialect=pg_dialect)
     listing = await tool.handler({})
     asked = await tool.handler({"names": ["locks.blocked_by_agent"]})
     served = await tool.handler({"names": ["activity.connections"], "window": [0, 10]})

@@ -16,7 +16,8 @@ from dbaops.dbms.registry import engine_names, get_engine
 from dbaops.dbms.tidb.endpoint import execute, fetch_value
 from dbaops.dbms.tidb.engine import TidbBackend, TidbEngine, external_endpoint
 from dbaops.dbms.tidb.knowledge import error_units, variable_units
-from dbaops.dbms.tidb.sampler import COUNTERS, GAUGES, TidbMetricSampler, parse_prometheus
+from dbaops.dbms.tidb.metrics import COUNTERS, GAUGES, REGISTRY
+from dbaops.dbms.tidb.sampler import TidbMetricSampler, parse_prometheus
 from dbaops.dbms.tidb.serverlog import slow_log_stamp
 from dbaops.engine.checks import ledger_baselines
 from dbaops.mailbox import Mailbox
@@ -185,6 +186,7 @@ async def test_the_sampler_records_metrics_and_gaps(backend: TidbBackend) -> Non
         metrics = set(frame["metric"].to_list())
         assert {"tidb.connections", "tidb.memory_rss_bytes", "tidb.queries_per_s",
                 "tidb.active_sessions", "tidb.lock_waits", "sampler.up"} <= metrics  # fmt: skip
+        assert metrics <= set(REGISTRY), "every metric recorded is declared (checks validate on it)"
         ok_rate = frame.filter(
             (pl.col("metric") == "tidb.queries_per_s") & (pl.col("label") == "OK")
         )["value"]

@@ -9,9 +9,11 @@ so a recorded run can be scored and drawn where none is installed.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
+
+from dbaops.dbms.metric_spec import MetricSpec
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class EngineDialect:
     quote_ident: Callable[[str], str]
     #: Text that marks a server log line as a crash of the server or of one of its processes.
     crash_markers: tuple[str, ...]
+    #: Every metric the engine's sampler records, by name (scenarios' metric checks name them).
+    metrics: Mapping[str, MetricSpec]
 
 
 #: The engines whose dialects dbaops ships (``dbaops.dbms.<name>.dialect``).

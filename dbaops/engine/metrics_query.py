@@ -21,10 +21,12 @@ import difflib
 import fnmatch
 import math
 import re
+from collections.abc import Mapping
 
 import polars as pl
 from pydantic import BaseModel
 
+from dbaops.dbms.metric_spec import MetricSpec
 from dbaops.engine.metrics_registry import REGISTRY, metric_kind_expr
 from dbaops.record.tables import METRIC_SCHEMA
 
@@ -56,9 +58,14 @@ class UnknownMetricError(ValueError):
 
 
 def list_metrics(
-    frame: pl.DataFrame | None, *, include_absent: bool = False, max_labels: int = 30
+    frame: pl.DataFrame | None,
+    *,
+    include_absent: bool = False,
+    max_labels: int = 30,
+    registry: Mapping[str, MetricSpec] = REGISTRY,
 ) -> list[MetricInfo]:
-    """Metrics present in ``frame`` (or the whole registry with ``include_absent``)."""
+    """Metrics present in ``frame`` (or the whole registry with ``include_absent``), described
+    from ``registry`` (the engine's: PostgreSQL's by default)."""
     seen: dict[str, list[str]] = {}
     if frame is not None and frame.height:
         grouped = (
@@ -69,10 +76,10 @@ def list_metrics(
             .agg(pl.col("label"))
         )
         seen = {m: [lb for lb in labels if lb] for m, labels in grouped.iter_rows()}
-    names = sorted(set(seen) | (set(REGISTRY) if include_absent else set()))
+    names = sorted(set(seen) | (set(registry) if include_absent else set()))
     out = []
     for name in names:
-        spec = REGISTRY.get(name)
+        spec = registry.get(name)
         labels = seen.get(name, [])
         out.append(
             MetricInfo(
@@ -104,9 +111,11 @@ def format_metric_list(infos: list[MetricInfo], max_labels: int = 5) -> str:
     return "\n".join(lines)
 
 
-def _resolve(frame: pl.DataFrame, names: list[str]) -> list[tuple[str, str | None]]:
+def _resolve(
+    frame: pl.DataFrame, names: list[str], registry: Mapping[str, MetricSpec]
+) -> list[tuple[str, str | None]]:
     present = set(frame.get_column("metric").unique().to_list()) if frame.height else set()
-    known = sorted(set(REGISTRY) | present)
+    known = sorted(set(registry) | present)
     selected: list[tuple[str, str | None]] = []
     unknown: dict[str, list[str]] = {}
     for raw in names:
@@ -141,8 +150,10 @@ def query_series(
     window: tuple[float, float] | None = None,
     step_s: float | None = None,
     rate: bool = False,
+    registry: Mapping[str, MetricSpec] = REGISTRY,
 ) -> pl.DataFrame:
-    """Select series by name, restrict to ``window`` (inclusive), resample and take rates.
+    """Select series by name, restrict to ``window`` (inclusive), resample and take rates
+    (names and units from ``registry``, the engine's: PostgreSQL's by default).
 
     Returns columns ``t_s, metric, label, value, unit`` sorted by metric, label and time.
     Raises :class:`UnknownMetricError` (with close matches) for names that match nothing known.
@@ -151,7 +162,7 @@ def query_series(
         raise ValueError("step_s must be positive")
     if window is not None and window[0] > window[1]:
         raise ValueError("window start is after its end")
-    selected = _resolve(frame, names)
+    selected = _resolve(frame, names, registry)
     cond: pl.Expr = pl.lit(False)
     for metric, label_filter in selected:
         c = pl.col("metric") == metric
@@ -159,7 +170,7 @@ def query_series(
             c = c & pl.col("label").str.contains(label_filter, literal=True)
         cond = cond | c
     metrics = sorted({m for m, _ in selected})
-    units = {m: (REGISTRY[m].unit if m in REGISTRY else "") for m in metrics}
+    units = {m: (registry[m].unit if m in registry else "") for m in metrics}
     df = (
         frame.select(list(METRIC_SCHEMA))
         .cast(METRIC_SCHEMA)  # type: ignore[arg-type]

@@ -1,39 +1,13 @@
-"""Names, kinds and units of the metrics the sampler records (see
-:mod:`dbaops.dbms.postgres.sampler`).
-
-Three kinds:
-
-``counter``
-    Cumulative since server start or stats reset (``db.xact_commit``); stored as the raw value.
-    Rates are computed at query time; a decrease is treated as a reset.
-``gauge``
-    A level at the sample instant (``activity.count``, ``table.n_dead_tup``).
-``delta``
-    Increment since the previous successful sample, already differenced by the sampler
-    (``statements.*``, kept only for the top-N queries of each sample).
-"""
+"""PostgreSQL's metrics: names, kinds and units of what its sampler records (see
+:mod:`dbaops.dbms.postgres.sampler`; kinds in :mod:`dbaops.dbms.metric_spec`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import polars as pl
 
-#: Long-format schema of the metrics table (``metrics/part-*.parquet``, ``metrics.parquet``).
-
-MetricKind = Literal["counter", "gauge", "delta"]
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    """One registered metric; ``label`` names the label key(s) ("" when unlabelled)."""
-
-    name: str
-    kind: MetricKind
-    unit: str
-    description: str
-    label: str = ""
+from dbaops.dbms.metric_spec import SAMPLER_METRICS
+from dbaops.dbms.metric_spec import MetricKind as MetricKind
+from dbaops.dbms.metric_spec import MetricSpec as MetricSpec
 
 
 def _specs(
@@ -238,14 +212,7 @@ REGISTRY: dict[str, MetricSpec] = {
             "",
         ),
         MetricSpec("server.uptime_s", "gauge", "s", "Seconds since postmaster start", ""),
-        MetricSpec(
-            "sampler.up",
-            "gauge",
-            "bool",
-            "1 for a successful sample, 0 for a failed attempt (a gap)",
-            "",
-        ),
-        MetricSpec("sampler.duration_ms", "gauge", "ms", "Wall time of the sample round trip", ""),
+        *SAMPLER_METRICS,
     ]
 }
 

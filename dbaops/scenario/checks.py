@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
-from dbaops.engine.metrics_registry import REGISTRY as METRIC_REGISTRY
+from dbaops.dbms.metric_spec import MetricSpec
 from dbaops.scenario.faults import Server
 from dbaops.workloads.spec import StrictModel
 
@@ -360,39 +361,34 @@ class MetricCheck(_Relative):
     by_s: float | None = _by_s()
     description: str = ""
 
-    @field_validator("metric")
-    @classmethod
-    def _known_metric(cls, metric: str) -> str:
-        if metric not in METRIC_REGISTRY:
-            close = difflib.get_close_matches(metric, sorted(METRIC_REGISTRY), n=4)
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise ValueError(f"unknown metric {metric!r}{hint}")
-        return metric
 
-    @field_validator("label")
-    @classmethod
-    def _label_of_metric(cls, label: str | None, info: ValidationInfo) -> str | None:
-        spec = METRIC_REGISTRY.get(info.data.get("metric", ""))
-        if label is None or spec is None:
-            return label
+def metric_check_problems(
+    check: MetricCheck, where: str, registry: Mapping[str, MetricSpec], engine: str
+) -> list[str]:
+    """What is wrong with ``check`` (at ``where`` in the file) against the metrics ``engine``'s
+    sampler records (``registry``): an unknown metric, a label it does not have, a statistic
+    of the other kind."""
+    spec = registry.get(check.metric)
+    if spec is None:
+        close = difflib.get_close_matches(check.metric, sorted(registry), n=4)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        return [f"{where}.metric: unknown metric {check.metric!r} on {engine}{hint}"]
+    problems: list[str] = []
+    if check.label is not None:
         keys = [k for k in spec.label.split(",") if k]
         if not keys:
-            raise ValueError(f"{spec.name} has no labels")
-        if not any(label.startswith(f"{k}=") for k in keys):
-            raise ValueError(f"{spec.name} labels look like {keys[0]}=..., not {label!r}")
-        return label
-
-    @field_validator("stat")
-    @classmethod
-    def _stat_of_kind(cls, stat: str, info: ValidationInfo) -> str:
-        spec = METRIC_REGISTRY.get(info.data.get("metric", ""))
-        if spec is None:
-            return stat
-        counting = spec.kind in ("counter", "delta")
-        if counting != (stat in _COUNTING_STATS):
-            fits = _COUNTING_STATS if counting else ("mean", "min", "max", "last")
-            raise ValueError(f"{spec.name} is a {spec.kind}; its statistics are {', '.join(fits)}")
-        return stat
+            problems.append(f"{where}.label: {spec.name} has no labels")
+        elif not any(check.label.startswith(f"{k}=") for k in keys):
+            problems.append(
+                f"{where}.label: {spec.name} labels look like {keys[0]}=..., not {check.label!r}"
+            )
+    counting = spec.kind in ("counter", "delta")
+    if counting != (check.stat in _COUNTING_STATS):
+        fits = _COUNTING_STATS if counting else ("mean", "min", "max", "last")
+        problems.append(
+            f"{where}.stat: {spec.name} is a {spec.kind}; its statistics are {', '.join(fits)}"
+        )
+    return problems
 
 
 class ReportCheck(StrictModel):

@@ -15,8 +15,14 @@ from typing import Any, get_args
 from pglast import parser
 from pydantic import BaseModel
 
+from dbaops.dbms.dialect import engine_dialect
 from dbaops.dbms.postgres.search_path import created_routines, search_path_problems
-from dbaops.scenario.checks import LedgerCheck, check_placement_problems
+from dbaops.scenario.checks import (
+    LedgerCheck,
+    MetricCheck,
+    check_placement_problems,
+    metric_check_problems,
+)
 from dbaops.scenario.faults import FaultSpec
 from dbaops.scenario.model import OlapWorkload, Scenario
 from dbaops.tools.catalog import AGENT_TOOLS
@@ -311,6 +317,17 @@ def _check_problems(sc: Scenario, parts: list[tuple[str, BaseModel]]) -> list[st
     return problems
 
 
+def _metric_problems(sc: Scenario, parts: list[tuple[str, BaseModel]]) -> list[str]:
+    """Metric checks against the metrics the scenario's engine records."""
+    registry = engine_dialect(sc.engine).metrics
+    return [
+        problem
+        for where, model in parts
+        if isinstance(model, MetricCheck)
+        for problem in metric_check_problems(model, where, registry, sc.engine)
+    ]
+
+
 def _library_problems(
     sc: Scenario, lib: WorkloadLibrary, parts: list[tuple[str, BaseModel]]
 ) -> list[str]:
@@ -439,6 +456,7 @@ def scenario_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
     return [
         *_library_problems(sc, lib, parts),
         *_check_problems(sc, parts),
+        *_metric_problems(sc, parts),
         *check_placement_problems(sc),
         *_reference_problems(sc),
         *_solution_problems(sc),

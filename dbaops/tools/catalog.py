@@ -109,7 +109,7 @@ def build_tool_catalog(env: PostgresToolEnvironment, recorder: ToolRecorder) -> 
         log = on_either_server(log, standby_log)
     tools: list[Tool] = [
         sql,
-        metrics_tool(obs.metrics, obs.samples, env.clock, overview=DIALECT.metrics_overview),
+        metrics_tool(obs.metrics, obs.samples, env.clock, dialect=DIALECT),
         instance,
         log,
         knowledge_tool(),

@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.dialect import EngineDialect
 from dbaops.engine.metrics_query import (
     UnknownMetricError,
     format_series,
@@ -64,10 +65,11 @@ def metrics_tool(
     samples_frame: Callable[[], pl.DataFrame],
     clock: ScenarioClock,
     *,
-    overview: str,
+    dialect: EngineDialect,
 ) -> Tool:
-    """``query_metrics`` over the sampler's metrics and the workload samples; ``overview``
-    says what the engine's sampler records (its dialect's ``metrics_overview``)."""
+    """``query_metrics`` over the sampler's metrics and the workload samples, named and
+    described as the engine's ``dialect`` declares them (``metrics``, ``metrics_overview``)."""
+    overview, registry = dialect.metrics_overview, dialect.metrics
 
     async def handler(args: dict[str, Any]) -> ToolResult:
         names = args.get("names") or []
@@ -95,7 +97,7 @@ def metrics_tool(
                 observation=f"error: unknown metric {hidden[0]!r}; call with no names to list them",
             )
         if not names:
-            infos = list_metrics(frame)
+            infos = list_metrics(frame, registry=registry)
             lines = [f"{m.name} [{m.kind}, {m.unit}] {m.description}" for m in infos]
             lines += [f"{k} [workload] {v}" for k, v in WORKLOAD_METRICS.items()]
             return ToolResult(
@@ -115,7 +117,8 @@ def metrics_tool(
                 parts.append(workload_series(samples_frame(), n, window, step))
         if server:
             try:
-                parts.append(query_series(frame, server, window, step, bool(args.get("rate"))))
+                rate = bool(args.get("rate"))
+                parts.append(query_series(frame, server, window, step, rate, registry))
             except (UnknownMetricError, ValueError) as exc:
                 return ToolResult(ok=False, error=str(exc), observation=f"error: {exc}")
         if not parts:

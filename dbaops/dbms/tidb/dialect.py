@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dbaops.dbms.dialect import EngineDialect, ServerSeries
+from dbaops.dbms.tidb.metrics import REGISTRY
 from dbaops.dbms.tidb.serverlog import log_line_stamp
 from dbaops.dbms.tidb.sqltext import quote_ident, split_statements
 
@@ -25,4 +26,5 @@ DIALECT = EngineDialect(
     # a fatal log entry (a panic TiDB recovers in a session is logged as an error, and is not
     # the server's crash)
     crash_markers=("] [FATAL] ",),
+    metrics=REGISTRY,
 )

@@ -336,9 +336,7 @@ def build_tidb_catalog(
     }  # fmt: skip
     tools = [
         tidb_sql_tool(session),
-        metrics_tool(
-            observations.metrics, observations.samples, clock, overview=DIALECT.metrics_overview
-        ),
+        metrics_tool(observations.metrics, observations.samples, clock, dialect=DIALECT),
         tidb_instance_tool(backend.admin, backend.server, session.user, password),
         log_tool(servers, observations.samples, clock),
         tidb_knowledge_tool(),

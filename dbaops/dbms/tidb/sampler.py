@@ -22,27 +22,12 @@ import structlog
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.tidb.endpoint import CONNECTION_ERRORS, TidbEndpoint, fetch_all
+from dbaops.dbms.tidb.metrics import COUNTERS, GAUGES
 from dbaops.record.metric_rows import MetricRows
 from dbaops.record.tables import ParquetParts
 
 log = structlog.get_logger(__name__)
 
-#: Gauges: Prometheus family -> (metric name, label key or None).
-GAUGES: dict[str, tuple[str, str | None]] = {
-    "tidb_server_connections": ("tidb.connections", None),
-    "process_resident_memory_bytes": ("tidb.memory_rss_bytes", None),
-    "go_memstats_heap_inuse_bytes": ("tidb.heap_inuse_bytes", None),
-    "tidb_ddl_waiting_jobs": ("tidb.ddl_waiting_jobs", None),
-}
-#: Counters, recorded as rates per second: family -> (metric name, label key or None).
-COUNTERS: dict[str, tuple[str, str | None]] = {
-    "tidb_server_query_total": ("tidb.queries_per_s", "result"),
-    "tidb_session_transaction_total": ("tidb.transactions_per_s", None),
-    "tidb_server_execute_error_total": ("tidb.errors_per_s", None),
-    "process_cpu_seconds_total": ("tidb.cpu_cores", None),
-    "tidb_server_handle_query_duration_seconds_count": ("tidb.statements_per_s", "sql_type"),
-    "tidb_server_handle_query_duration_seconds_sum": ("tidb.statement_seconds_per_s", "sql_type"),
-}
 #: What the harness counts in information_schema (its own sessions left out).
 _COUNTS_SQL = (
     "SELECT "
