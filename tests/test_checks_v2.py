@@ -19,6 +19,7 @@ import yaml
 from pydantic import TypeAdapter
 
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.dialect import engine_dialect
 from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.passwords import give_passwords
@@ -40,6 +41,8 @@ from dbaops.scenario.checks import CheckSpec, ReportCheck, WorkloadCheck
 from dbaops.scenario.loader import ScenarioError, load_scenario
 from dbaops.workloads.samples import Outcome
 from dbaops.workloads.sink import SampleSink
+
+PG_STAMP = engine_dialect("postgres").log_line_stamp
 
 pytestmark = pytest.mark.anyio
 
@@ -275,7 +278,9 @@ async def test_server_log_check_counts_matching_lines_in_its_window(
     with anyio.fail_after(30):  # the logging collector writes the lines asynchronously
         while copied().count(f"LOG:  {marker}") < 3:  # noqa: ASYNC110 - polling a file
             await anyio.sleep(0.05)
-    sources = CheckSources(server_log=copy, refresh_server_log=follower.copy_new)
+    sources = CheckSources(
+        server_log=copy, refresh_server_log=follower.copy_new, log_line_stamp=PG_STAMP
+    )
 
     def spec(**window: Any) -> Any:
         return check(check="server_log", name="markers", pattern=f"LOG:  {marker}", **window)
@@ -300,7 +305,7 @@ def test_server_log_lines_are_placed_in_scenario_time_by_the_run_clock() -> None
         "2026-01-01 00:00:40.500 UTC [1] app@shop psql ERROR:  deadlock detected",
     ]
     wall_start = 1767225600.0  # 2026-01-01 00:00:00 UTC is scenario time 0
-    found = server_log_matches(lines, "deadlock|detail", 0, 30, wall_start, time_scale=0.5)
+    found = server_log_matches(lines, "deadlock|detail", 0, 30, wall_start, 0.5, PG_STAMP)
     # 10 wall seconds at half speed are 20 scenario seconds; 40.5 s is 81 s, outside.
     assert [(t, line.split()[-1]) for t, line in found] == [(20.0, "detected"), (20.0, "line")]
 

@@ -228,3 +228,21 @@ async def test_query_metrics_describes_the_engines_own_metrics() -> None:
     assert "not in registry" not in listing and "pg_stat_statements" not in tool.spec.description
     served = await tool.handler({"names": ["tidb.lock_waits"], "window": [0, 10]})
     assert served.ok and "4" in served.observation
+
+
+def test_server_log_checks_read_the_engines_log_stamp() -> None:
+    """A TiDB run's server-log check places tidb.log lines in scenario time with TiDB's stamp
+    (PostgreSQL's reads none of them)."""
+    from dbaops.dbms.dialect import engine_dialect
+    from dbaops.engine.checks import server_log_matches
+
+    lines = [
+        '[2026/01/01 00:00:10.000 +00:00] [WARN] [session.go:1] ["lock wait timeout"]',
+        '[2026/01/01 00:00:40.500 +00:00] [WARN] [session.go:1] ["lock wait timeout"]',
+    ]
+    wall_start = 1767225600.0  # 2026-01-01 00:00:00 UTC is scenario time 0
+    tidb = engine_dialect("tidb").log_line_stamp
+    found = server_log_matches(lines, "lock wait", 0, 30, wall_start, 0.5, tidb)
+    assert [t for t, _ in found] == [20.0]
+    pg = engine_dialect("postgres").log_line_stamp
+    assert server_log_matches(lines, "lock wait", 0, 30, wall_start, 0.5, pg) == []

@@ -22,7 +22,6 @@ from typing import Any
 import polars as pl
 
 from dbaops.clock import ScenarioClock
-from dbaops.dbms.postgres.serverlog import log_line_stamp
 from dbaops.dbms.sessions import SERVER_ERRORS, RunEndpoint, Session, session_dialect
 from dbaops.engine.metrics_registry import metric_kind
 from dbaops.record.kinds import CheckRecord
@@ -48,12 +47,14 @@ class CheckSources:
 
     ``metrics`` returns the metric sampler's rows so far; ``server_log`` is the run
     directory's copy of the server log and ``refresh_server_log`` copies the lines the server
-    wrote since the last copy (called before reading it).
+    wrote since the last copy (called before reading it); ``log_line_stamp`` reads a line's
+    wall time in the engine's log format (its dialect's).
     """
 
     metrics: Callable[[], pl.DataFrame] | None = None
     server_log: Path | None = None
     refresh_server_log: Callable[[], object] | None = None
+    log_line_stamp: Callable[[str], tuple[float, int] | None] | None = None
     standby: RunEndpoint | None = None  # the replica profile's standby, for ``server: standby``
     ledger_baselines: dict[str, Any] | None = None  # ledger checks' measures before the load
 
@@ -545,11 +546,13 @@ def server_log_matches(
     until_s: float,
     wall_start: float,
     time_scale: float,
+    log_line_stamp: Callable[[str], tuple[float, int] | None],
 ) -> list[tuple[float, str]]:
     """Lines matching ``pattern`` whose scenario time is in ``[since_s, until_s]``, with it.
 
-    Scenario time is ``(line's wall time - wall_start) / time_scale``; a line without the
-    prefix (a continued statement) has the time of the line before it."""
+    Scenario time is ``(line's wall time - wall_start) / time_scale``, the wall time read by
+    the engine's ``log_line_stamp``; a line without the stamp (a continued statement) has the
+    time of the line before it."""
     rx = re.compile(pattern)
     out: list[tuple[float, str]] = []
     t: float | None = None
@@ -565,8 +568,8 @@ def server_log_matches(
 def _server_log(
     check: ServerLogCheck, t: float, clock: ScenarioClock, sources: CheckSources
 ) -> _Outcome:
-    path = sources.server_log
-    if path is None:
+    path, stamp = sources.server_log, sources.log_line_stamp
+    if path is None or stamp is None:
         raise CheckUnavailable("no server log is recorded for this run (an external server)")
     if sources.refresh_server_log is not None:
         sources.refresh_server_log()
@@ -579,7 +582,7 @@ def _server_log(
         raise CheckUnavailable(f"the window ends at {until:g} s, after now (t = {t:.1f} s)")
     lines = path.read_text(errors="replace").splitlines() if path.exists() else []
     found = server_log_matches(
-        lines, check.pattern, since, until, clock.wall_start, clock.time_scale
+        lines, check.pattern, since, until, clock.wall_start, clock.time_scale, stamp
     )
     observed: dict[str, Any] = {"count": len(found), "window_s": [_num(since), _num(until)]}
     if found:

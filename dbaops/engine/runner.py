@@ -38,6 +38,7 @@ from dbaops.agents.noop import NoopAgent, noop_waits
 from dbaops.agents.reference import oracle_agent
 from dbaops.clock import ScenarioClock
 from dbaops.containers.daemon import DockerUnavailable
+from dbaops.dbms.dialect import engine_dialect
 from dbaops.dbms.interface import (
     AgentTools,
     DatabaseEngine,
@@ -569,6 +570,7 @@ def _equip(ctx: RunContext, prepared: Prepared) -> Equipment:
         metrics=sampler.snapshot if sampler else None,
         server_log=follower.target if follower else None,
         refresh_server_log=follower.copy_new if follower else None,
+        log_line_stamp=engine_dialect(sc.engine).log_line_stamp,
         standby=prepared.standby_endpoint,
     )
     ended = anyio.Event()
