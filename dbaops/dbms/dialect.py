@@ -53,6 +53,8 @@ class EngineDialect:
     crash_markers: tuple[str, ...]
     #: Every metric the engine's sampler records, by name (scenarios' metric checks name them).
     metrics: Mapping[str, MetricSpec]
+    #: The engine's standard observation surface: named read-only SQL probes (the survey).
+    survey_probes: Mapping[str, str]
 
 
 #: The engines whose dialects dbaops ships (``dbaops.dbms.<name>.dialect``).
@@ -75,3 +77,8 @@ def engine_dialect(name: str) -> EngineDialect:
     if not isinstance(dialect, EngineDialect) or dialect.name != name:
         raise TypeError(f"dbaops.dbms.{name}.dialect.DIALECT is not engine {name!r}'s dialect")
     return dialect
+
+
+def survey_probes(engine: str) -> Mapping[str, str]:
+    """The named standard probes of ``engine`` (empty for an engine dbaops has no dialect for)."""
+    return engine_dialect(engine).survey_probes if engine in DIALECT_ENGINES else {}

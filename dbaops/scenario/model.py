@@ -557,7 +557,7 @@ class Scenario(StrictModel):
 
     def _surface_probes_exist(self) -> None:
         """A survey probe the engine does not have is refused (names, not guesses)."""
-        from dbaops.dbms.survey import survey_probes
+        from dbaops.dbms.dialect import survey_probes
         from dbaops.scenario.specs import STANDARD, is_probe_name, split_server
 
         spec = self.evaluation.difficulty

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dbaops.dbms.dialect import EngineDialect, ServerSeries
 from dbaops.dbms.postgres.serverlog import log_line_stamp
 from dbaops.dbms.postgres.sqltext import quote_ident
+from dbaops.dbms.postgres.survey import SURVEY_PROBES
 from dbaops.engine.metrics_registry import REGISTRY
 
 DIALECT = EngineDialect(
@@ -25,4 +26,5 @@ DIALECT = EngineDialect(
     quote_ident=quote_ident,
     crash_markers=("terminated by signal", "PANIC:", "was terminated by", "server process (PID"),
     metrics=REGISTRY,
+    survey_probes=SURVEY_PROBES,
 )

@@ -6,6 +6,7 @@ from dbaops.dbms.dialect import EngineDialect, ServerSeries
 from dbaops.dbms.tidb.metrics import REGISTRY
 from dbaops.dbms.tidb.serverlog import log_line_stamp
 from dbaops.dbms.tidb.sqltext import quote_ident, split_statements
+from dbaops.dbms.tidb.survey import SURVEY_PROBES
 
 DIALECT = EngineDialect(
     name="tidb",
@@ -27,4 +28,5 @@ DIALECT = EngineDialect(
     # the server's crash)
     crash_markers=("] [FATAL] ",),
     metrics=REGISTRY,
+    survey_probes=SURVEY_PROBES,
 )
