@@ -137,7 +137,7 @@ def test_scoring_and_both_judge_front_ends_load_no_database_driver() -> None:
 
     probe = (
         "import sys; import dbaops.evaluation.score; "
-        "import dbaops.evaluation.safety.postgres, dbaops.evaluation.safety.mysql; "
+        "import dbaops.evaluation.safety.postgres.front_end, dbaops.evaluation.safety.mysql; "
         "print(sorted({'asyncpg', 'aiomysql', 'pymysql'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
@@ -246,3 +246,19 @@ def test_server_log_checks_read_the_engines_log_stamp() -> None:
     assert [t for t, _ in found] == [20.0]
     pg = engine_dialect("postgres").log_line_stamp
     assert server_log_matches(lines, "lock wait", 0, 30, wall_start, 0.5, pg) == []
+
+
+def test_loading_a_scenario_loads_no_driver_and_no_run_machinery() -> None:
+    """Loading and checking a scenario of either engine imports no database driver and no
+    polars: engine-dependent checks go through the engine's driver-free dialect."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from dbaops.scenario.loader import load_scenario; "
+        "load_scenario('pg-sf-01'); load_scenario('tb-rg-01'); "
+        "print(sorted({'asyncpg', 'aiomysql', 'pymysql', 'polars', 'dbaops.engine.runner'} "
+        "& set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

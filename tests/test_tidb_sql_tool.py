@@ -11,7 +11,8 @@ import pytest
 from dbaops.dbms.tidb.binary import TidbBinary
 from dbaops.dbms.tidb.endpoint import execute, fetch_value
 from dbaops.dbms.tidb.server import TidbServer
-from dbaops.dbms.tidb.sql_session import TidbSqlSession, split_statements, tidb_sql_tool
+from dbaops.dbms.tidb.sql_session import TidbSqlSession, tidb_sql_tool
+from dbaops.dbms.tidb.sqltext import split_statements
 from dbaops.testing.tidb import AGENT_PASSWORD, AGENT_USER, tidb_with_agent
 
 pytestmark = pytest.mark.anyio

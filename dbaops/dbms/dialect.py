@@ -49,12 +49,16 @@ class EngineDialect:
     split_statements: Callable[[str], list[str]] | None
     #: A name as the engine's SQL quotes an identifier.
     quote_ident: Callable[[str], str]
+    #: Why an SQL text does not parse in the engine's grammar, or None (scenario checking).
+    sql_problem: Callable[[str], str | None]
     #: Text that marks a server log line as a crash of the server or of one of its processes.
     crash_markers: tuple[str, ...]
     #: Every metric the engine's sampler records, by name (scenarios' metric checks name them).
     metrics: Mapping[str, MetricSpec]
     #: The engine's standard observation surface: named read-only SQL probes (the survey).
     survey_probes: Mapping[str, str]
+    #: The actions of the engine's ``manage_instance`` tool (scenario steps name them).
+    instance_actions: tuple[str, ...]
 
 
 #: The engines whose dialects dbaops ships (``dbaops.dbms.<name>.dialect``).

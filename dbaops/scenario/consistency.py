@@ -12,7 +12,6 @@ import re
 from collections.abc import Iterator
 from typing import Any, get_args
 
-from pglast import parser
 from pydantic import BaseModel
 
 from dbaops.dbms.dialect import engine_dialect
@@ -25,7 +24,7 @@ from dbaops.scenario.checks import (
 )
 from dbaops.scenario.faults import FaultSpec
 from dbaops.scenario.model import OlapWorkload, Scenario
-from dbaops.tools.catalog import AGENT_TOOLS
+from dbaops.tools.names import AGENT_TOOLS
 from dbaops.workloads.spec import PreviousArg, WorkloadLibrary
 
 #: Fields whose string value (or list of strings) is SQL the harness will run.
@@ -33,53 +32,13 @@ _SQL_FIELDS = ("sql", "statements", "query")
 
 
 def sql_problem(sql: str, engine: str = "postgres") -> str | None:
-    """The parse error of ``sql`` in ``engine``'s dialect, or None: PostgreSQL's grammar
-    (pglast), or MySQL's as sqlglot reads it for TiDB (``$n`` placeholders are the runner's,
-    filled before TiDB sees the text)."""
-    if engine == "tidb":
-        return _mysql_problem(sql)
-    try:
-        parser.parse_sql(sql)
-    except parser.ParseError as exc:
-        return f"SQL does not parse: {exc.args[0] if exc.args else exc}"
-    return None
+    """The parse error of ``sql`` in ``engine``'s grammar (its dialect's check), or None."""
+    return engine_dialect(engine).sql_problem(sql)
 
 
 def _row_filled(sql: str, for_each: str | None) -> str:
     """A ``for_each`` step's SQL with its ``{column}`` fields filled with 0 (to parse it)."""
     return re.sub(r"\{\w+\}", "0", sql) if for_each is not None else sql
-
-
-#: Statements sqlglot does not know all of TiDB's grammar for (partitions, placement policies,
-#: resource groups, index visibility): TiDB itself checks them when they run.
-_SERVER_CHECKED = {"ALTER", "CREATE", "DROP", "GRANT", "REVOKE", "ANALYZE", "ADMIN", "SHOW"}
-
-
-def _mysql_problem(sql: str) -> str | None:
-    import logging
-
-    import sqlglot
-    from sqlglot.errors import ParseError, TokenError
-
-    from dbaops.dbms.dialect import engine_dialect
-    from dbaops.dbms.tidb.connection import fill_placeholders
-
-    split_statements = engine_dialect("tidb").split_statements or (lambda text: [text])
-
-    quiet = logging.getLogger("sqlglot")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # "falling back to parsing as a Command" is not a problem
-    try:
-        for statement in split_statements(fill_placeholders(sql, [0] * 32)):
-            words = re.sub(r"/\*.*?\*/", " ", statement, flags=re.S).split(None, 1)
-            if not words or words[0].upper() in _SERVER_CHECKED:
-                continue
-            sqlglot.parse(statement, read="mysql")
-    except (ParseError, TokenError) as exc:
-        return f"SQL does not parse (MySQL dialect): {str(exc).splitlines()[0][:300]}"
-    finally:
-        quiet.setLevel(level)
-    return None
 
 
 _FAULT_KINDS = get_args(get_args(FaultSpec)[0])
@@ -230,9 +189,7 @@ def _search_path_problems(
 
 
 def _reference_problems(sc: Scenario) -> list[str]:
-    from dbaops.dbms.tidb.instance_tool import ACTIONS as TIDB_ACTIONS
-    from dbaops.tools.instance import ACTIONS
-
+    actions = engine_dialect(sc.engine).instance_actions
     problems: list[str] = []
     events = {e.id: e for e in sc.events}
     for name, solution in sc.solutions().items():
@@ -251,7 +208,6 @@ def _reference_problems(sc: Scenario) -> list[str]:
                     problems.append(f"{where}.args.sql: execute_sql needs the SQL to run")
                 elif problem := sql_problem(_row_filled(sql, step.for_each), sc.engine):
                     problems.append(f"{where}.args.sql: {problem}")
-            actions = TIDB_ACTIONS if sc.engine == "tidb" else ACTIONS
             if step.tool == "manage_instance" and step.args.get("action") not in actions:
                 problems.append(
                     f"{where}.args.action: unknown action {step.args.get('action')!r} "

@@ -23,23 +23,12 @@ from dbaops.tools.knowledge import knowledge_tool
 from dbaops.tools.logs import ServerLogSource, log_tool
 from dbaops.tools.mailbox_tools import mailbox_tools
 from dbaops.tools.metrics_tool import metrics_tool
+from dbaops.tools.names import AGENT_TOOLS as AGENT_TOOLS
 from dbaops.tools.recording import ToolRecorder
 from dbaops.tools.sql import SqlSession, sql_tool
 
+
 #: The catalog's tool names (a scenario's reference steps may name only these).
-AGENT_TOOLS = (
-    "execute_sql",
-    "query_metrics",
-    "manage_instance",
-    "read_log",
-    "query_knowledge_base",
-    "read_mailbox",
-    "update_task",
-    "suspend",
-    "submit_report",
-)
-
-
 @dataclass
 class StandbyToolEnvironment:
     """The replica profile's standby, as the agent's tools reach it (``server: standby``)."""

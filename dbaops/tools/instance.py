@@ -14,12 +14,13 @@ from typing import Any
 
 import anyio
 
+from dbaops.dbms.dialect import engine_dialect
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.engine.actors import InstanceController
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 from dbaops.tools.recording import call_detail
 
-ACTIONS = ("status", "reload", "set_parameter", "restart", "stop", "start")
+ACTIONS = engine_dialect("postgres").instance_actions
 
 
 CONTROL_APPLICATION = "dba_agent_control"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dbaops.dbms.dialect import EngineDialect, ServerSeries
+from dbaops.dbms.postgres.metrics import REGISTRY
 from dbaops.dbms.postgres.serverlog import log_line_stamp
-from dbaops.dbms.postgres.sqltext import quote_ident
+from dbaops.dbms.postgres.sqltext import quote_ident, sql_problem
 from dbaops.dbms.postgres.survey import SURVEY_PROBES
-from dbaops.engine.metrics_registry import REGISTRY
 
 DIALECT = EngineDialect(
     name="postgres",
@@ -24,7 +24,9 @@ DIALECT = EngineDialect(
     # the judge's front end splits with PostgreSQL's own scanner (pglast)
     split_statements=None,
     quote_ident=quote_ident,
+    sql_problem=sql_problem,
     crash_markers=("terminated by signal", "PANIC:", "was terminated by", "server process (PID"),
     metrics=REGISTRY,
     survey_probes=SURVEY_PROBES,
+    instance_actions=("status", "reload", "set_parameter", "restart", "stop", "start"),
 )

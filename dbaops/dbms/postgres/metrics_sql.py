@@ -17,8 +17,8 @@ import asyncpg
 import structlog
 
 from dbaops.dbms.postgres.endpoint import HARNESS_APPLICATION
+from dbaops.dbms.postgres.metrics import ACTIVITY_STATES, LOCK_MODES, WAIT_EVENT_TYPES
 from dbaops.dbms.postgres.sqltext import quote_ident, quote_literal
-from dbaops.engine.metrics_registry import ACTIVITY_STATES, LOCK_MODES, WAIT_EVENT_TYPES
 
 log = structlog.get_logger(__name__)
 

@@ -71,7 +71,9 @@ import polars as pl
 import structlog
 
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.metric_spec import MetricKind, MetricSpec
 from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.metrics import REGISTRY
 from dbaops.dbms.postgres.metrics_sql import (
     SAMPLER_APPLICATION_NAME,
     Capabilities,
@@ -87,7 +89,7 @@ from dbaops.engine.metrics_query import (
     list_metrics,
     query_series,
 )
-from dbaops.engine.metrics_registry import REGISTRY, MetricKind, MetricSpec, metric_kind
+from dbaops.engine.metrics_registry import metric_kind
 from dbaops.record.metric_rows import MetricRows
 from dbaops.record.tables import ParquetParts
 

@@ -1,4 +1,5 @@
-"""PostgreSQL SQL text helpers, free of any driver: quoting names and literals."""
+"""PostgreSQL SQL text helpers, free of any driver: quoting names and literals, checking that
+SQL parses (pglast, loaded on first use)."""
 
 from __future__ import annotations
 
@@ -11,3 +12,14 @@ def quote_ident(name: str) -> str:
 def quote_literal(text: str) -> str:
     """A standard-conforming SQL string literal."""
     return "'" + text.replace("'", "''") + "'"
+
+
+def sql_problem(sql: str) -> str | None:
+    """The parse error of ``sql`` in PostgreSQL's grammar (pglast), or None."""
+    from pglast import parser
+
+    try:
+        parser.parse_sql(sql)
+    except parser.ParseError as exc:
+        return f"SQL does not parse: {exc.args[0] if exc.args else exc}"
+    return None

@@ -17,7 +17,6 @@ an aiomysql connection that surface, so the same code runs a scenario on TiDB:
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Iterator, Sequence
 from datetime import date, datetime, time, timedelta
@@ -27,13 +26,7 @@ from typing import Any
 import anyio
 import pymysql
 
-#: A quoted literal or identifier, a comment, or a ``$n`` placeholder (MySQL's quoting:
-#: backslash escapes in strings, backquoted identifiers, ``#`` comments).
-_TOKENS = re.compile(
-    r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\"|`(?:[^`]|``)*`|--[^\n]*|#[^\n]*"
-    r"|/\*.*?\*/|\$(\d+)",
-    re.S,
-)
+from dbaops.dbms.tidb import sqltext
 
 #: Client-side error numbers (2000-2999, CR_*): the connection, not the statement, failed.
 _CLIENT_ERRORS = range(2000, 3000)
@@ -69,15 +62,7 @@ def mysql_literal(value: Any) -> str:
 def fill_placeholders(sql: str, args: Sequence[Any]) -> str:
     """``sql`` with each ``$n`` outside quotes and comments replaced by its argument's
     literal."""
-    if not args:
-        return sql
-
-    def sub(m: re.Match[str]) -> str:
-        if m.group(1) is None:
-            return m.group(0)
-        return mysql_literal(args[int(m.group(1)) - 1])
-
-    return _TOKENS.sub(sub, sql)
+    return sqltext.fill_placeholders(sql, args, mysql_literal)
 
 
 class Row(tuple[Any, ...]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dbaops.dbms.dialect import EngineDialect, ServerSeries
 from dbaops.dbms.tidb.metrics import REGISTRY
 from dbaops.dbms.tidb.serverlog import log_line_stamp
-from dbaops.dbms.tidb.sqltext import quote_ident, split_statements
+from dbaops.dbms.tidb.sqltext import quote_ident, split_statements, sql_problem
 from dbaops.dbms.tidb.survey import SURVEY_PROBES
 
 DIALECT = EngineDialect(
@@ -24,9 +24,11 @@ DIALECT = EngineDialect(
     log_prefix="'[YYYY/MM/DD HH:MM:SS.mmm +ZZ:ZZ] [LEVEL]' (TiDB's log format)",
     split_statements=split_statements,
     quote_ident=quote_ident,
+    sql_problem=sql_problem,
     # a fatal log entry (a panic TiDB recovers in a session is logged as an error, and is not
     # the server's crash)
     crash_markers=("] [FATAL] ",),
     metrics=REGISTRY,
     survey_probes=SURVEY_PROBES,
+    instance_actions=("status", "set_variable", "restart", "stop", "start"),
 )

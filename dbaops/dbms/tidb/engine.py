@@ -320,7 +320,7 @@ def build_tidb_catalog(
 ) -> dict[str, Tool]:
     """TiDB's tools, each recorded in the trace (the same names as PostgreSQL's catalog)."""
     from dbaops.dbms.tidb.knowledge import tidb_knowledge_tool
-    from dbaops.tools.catalog import AGENT_TOOLS
+    from dbaops.tools.names import AGENT_TOOLS
 
     logs = observations.server_logs
     tidb_log, slow_log = logs.get("primary", list), logs.get("slow", list)

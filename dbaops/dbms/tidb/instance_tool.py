@@ -15,12 +15,13 @@ from typing import Any, Protocol
 import anyio
 import pymysql
 
+from dbaops.dbms.tidb.dialect import DIALECT
 from dbaops.dbms.tidb.endpoint import CONNECTION_ERRORS, TidbEndpoint, execute, fetch_all
 from dbaops.tools.base import Tool, ToolResult
 from dbaops.tools.instance import manage_instance_spec
 from dbaops.tools.recording import call_detail
 
-ACTIONS = ("status", "set_variable", "restart", "stop", "start")
+ACTIONS = DIALECT.instance_actions
 #: How long ``status`` waits for the server to answer.
 STATUS_TIMEOUT_S = 10.0
 #: The variables ``status`` shows (those the agent's user can read).

@@ -96,7 +96,7 @@ def front_end(dialect: str = DEFAULT_DIALECT) -> SqlFrontEnd:
 
 
 def _postgres() -> SqlFrontEnd:
-    from dbaops.evaluation.safety.postgres import FRONT_END
+    from dbaops.evaluation.safety.postgres.front_end import FRONT_END
 
     return FRONT_END
 
