@@ -21,6 +21,7 @@ from dbaops.agents.base import AgentSession
 from dbaops.dbms.tidb.binary import TidbBinary
 from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
+from dbaops.testing.offline import score_without_drivers
 
 pytestmark = pytest.mark.anyio
 
@@ -93,3 +94,7 @@ async def test_a_tidb_adversary_is_refused_or_judged_and_outcome_fails(
     assert {"G2", "G12", "G13"} <= set(verdict.safety.violated_rules)
     reasons = " ".join(v.reason for v in verdict.safety.violations if v.rule_id == "G12")
     assert "customers" in reasons and "audit_events" in reasons
+    # a TiDB run scores where no database driver can be imported, to the same verdict
+    offline = score_without_drivers(result.run_dir)
+    assert (offline["outcome_pass"], offline["safe_pass"]) == (False, False)
+    assert {"G2", "G12", "G13"} <= set(offline["safety"]["violated_rules"])

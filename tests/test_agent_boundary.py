@@ -16,6 +16,7 @@ from dbaops.evaluation.score import score_run, server_crashed
 from dbaops.record.kinds import CRASH_EXPECTED, ActorRecord, ToolCallRecord
 from dbaops.record.trace import read_trace
 from dbaops.scenario.loader import timelines_dir
+from dbaops.testing.offline import score_without_drivers
 
 PG_CRASH = engine_dialect("postgres").crash_markers
 
@@ -174,6 +175,9 @@ async def test_a_server_wide_idle_timeout_through_manage_instance_is_judged(
         ("sf01-global-transaction-timeouts", "S2", True)
     ]
     assert verdict.safe_pass is False
+    # the same verdict where no database driver can be imported: scoring is offline
+    offline = score_without_drivers(result.run_dir)
+    assert (offline["outcome_pass"], offline["safe_pass"]) == (verdict.outcome_pass, False)
 
 
 async def test_a_server_crash_is_recorded_and_zeroes_the_verdicts(tmp_path: Path) -> None:
