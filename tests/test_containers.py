@@ -25,6 +25,7 @@ from dbaops.dbms.postgres.container import (
     labelled,
     open_container_cluster,
 )
+from dbaops.dbms.postgres.instance_tool import instance_tool
 from dbaops.dbms.serverdir import dbaops_home
 from dbaops.engine.actors import run_fault
 from dbaops.engine.runner import RunOptions, run_scenario
@@ -32,7 +33,6 @@ from dbaops.record.kinds import ActorRecord
 from dbaops.scenario.faults import CpuLimit, Crash, Freeze, Partition, TablespaceVolume
 from dbaops.scenario.loader import ScenarioError, load_scenario
 from dbaops.testing.actors import RecordList, cluster_actor_context
-from dbaops.tools.instance import instance_tool
 
 pytestmark = pytest.mark.anyio
 

@@ -24,9 +24,9 @@ from dbaops.clock import ScenarioClock
 from dbaops.dbms.postgres.binaries import installed_majors
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.harness_role import HARNESS_ROLE
+from dbaops.dbms.postgres.instance_tool import instance_tool
 from dbaops.dbms.postgres.sampler import MetricSampler
 from dbaops.testing.shop import small_shop
-from dbaops.tools.instance import instance_tool
 
 pytestmark = pytest.mark.anyio
 

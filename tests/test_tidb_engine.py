@@ -24,7 +24,7 @@ from dbaops.mailbox import Mailbox
 from dbaops.record.tables import SAMPLE_SCHEMA
 from dbaops.scenario.checks import LedgerCheck
 from dbaops.scenario.loader import load_scenario
-from dbaops.tools.catalog import AGENT_TOOLS
+from dbaops.tools.names import AGENT_TOOLS
 from dbaops.tools.recording import ToolRecorder
 
 pytestmark = pytest.mark.anyio

@@ -31,19 +31,19 @@ from dbaops.dbms.postgres.server import (
     postgres_server,
 )
 from dbaops.dbms.postgres.serverlog import log_line_stamp
+from dbaops.dbms.postgres.sql_tool import SqlSession
+from dbaops.dbms.postgres.tool_catalog import (
+    PostgresToolEnvironment,
+    StandbyToolEnvironment,
+    build_tool_catalog,
+)
 from dbaops.mailbox import Mailbox
 from dbaops.record.kinds import KnowledgeCorpus
 from dbaops.record.tables import ParquetParts
 from dbaops.scenario.model import Scenario
 from dbaops.tools.base import Tool
-from dbaops.tools.catalog import (
-    PostgresToolEnvironment,
-    StandbyToolEnvironment,
-    build_tool_catalog,
-)
 from dbaops.tools.knowledge import describe_corpus
 from dbaops.tools.recording import ToolRecorder
-from dbaops.tools.sql import SqlSession
 
 
 def agent_sql_session(sc: Scenario, endpoint: Endpoint) -> SqlSession:

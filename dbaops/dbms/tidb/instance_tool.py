@@ -18,7 +18,7 @@ import pymysql
 from dbaops.dbms.tidb.dialect import DIALECT
 from dbaops.dbms.tidb.endpoint import CONNECTION_ERRORS, TidbEndpoint, execute, fetch_all
 from dbaops.tools.base import Tool, ToolResult
-from dbaops.tools.instance import manage_instance_spec
+from dbaops.tools.instance import change_state, manage_instance_spec
 from dbaops.tools.recording import call_detail
 
 ACTIONS = DIALECT.instance_actions
@@ -129,15 +129,7 @@ def tidb_instance_tool(
                 return await set_variable(str(name), str(value))
             if instance is None:
                 return _fail(f"{action} is unavailable: this server is not managed by dbaops")
-            if action == "restart":
-                await instance.restart()
-            elif action == "stop":
-                await instance.stop()
-            else:
-                await instance.start()
-            return ToolResult(
-                ok=True, observation=f"{action}: done", detail={"state_change": action}
-            )
+            return await change_state(instance, action)
         except Exception as exc:  # noqa: BLE001 - reported to the agent as the observation
             return _fail(f"{action} failed: {type(exc).__name__}: {exc}", dict(call_detail()))
 

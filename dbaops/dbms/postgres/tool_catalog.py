@@ -12,20 +12,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from dbaops.clock import ScenarioClock
+from dbaops.dbms.dialect import engine_dialect
 from dbaops.dbms.interface import Observations
-from dbaops.dbms.postgres.dialect import DIALECT
 from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.instance_tool import instance_tool
+from dbaops.dbms.postgres.sql_tool import SqlSession, sql_tool
 from dbaops.engine.actors import InstanceController
 from dbaops.mailbox import Mailbox
 from dbaops.tools.base import Tool, ToolResult
-from dbaops.tools.instance import instance_tool
 from dbaops.tools.knowledge import knowledge_tool
 from dbaops.tools.logs import ServerLogSource, log_tool
 from dbaops.tools.mailbox_tools import mailbox_tools
 from dbaops.tools.metrics_tool import metrics_tool
 from dbaops.tools.names import AGENT_TOOLS as AGENT_TOOLS
 from dbaops.tools.recording import ToolRecorder
-from dbaops.tools.sql import SqlSession, sql_tool
 
 
 #: The catalog's tool names (a scenario's reference steps may name only these).
@@ -98,7 +98,7 @@ def build_tool_catalog(env: PostgresToolEnvironment, recorder: ToolRecorder) -> 
         log = on_either_server(log, standby_log)
     tools: list[Tool] = [
         sql,
-        metrics_tool(obs.metrics, obs.samples, env.clock, dialect=DIALECT),
+        metrics_tool(obs.metrics, obs.samples, env.clock, dialect=engine_dialect("postgres")),
         instance,
         log,
         knowledge_tool(),
