@@ -51,6 +51,10 @@ class EngineDialect:
     quote_ident: Callable[[str], str]
     #: Why an SQL text does not parse in the engine's grammar, or None (scenario checking).
     sql_problem: Callable[[str], str | None]
+    #: The canonical form of a scenario's SQL for its definition key (the business schema
+    #: implicit, so SQL that only gains its qualifications means what it meant); None: as
+    #: written.
+    canonical_sql: Callable[[str], str] | None
     #: Text that marks a server log line as a crash of the server or of one of its processes.
     crash_markers: tuple[str, ...]
     #: Every metric the engine's sampler records, by name (scenarios' metric checks name them).

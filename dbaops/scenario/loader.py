@@ -6,13 +6,14 @@ import datetime as dt
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from dbaops.dbms.postgres.search_path import canonical_sql
+from dbaops.dbms.dialect import engine_dialect
 from dbaops.scenario.consistency import scenario_problems
 from dbaops.scenario.model import (
     DEFAULT_SCENARIO_DATE,
@@ -287,8 +288,9 @@ def definition_key(sc: Scenario, lib: WorkloadLibrary) -> str:
     # As written (defaults left out), so that a new optional field of the format, which
     # changes no existing scenario, does not make every record stale.
     scenario = sc.model_dump(mode="json", exclude_defaults=True)
+    canonical = engine_dialect(sc.engine).canonical_sql
     payload = {
-        "scenario": _canonical(scenario) if sc.engine == "postgres" else scenario,
+        "scenario": _canonical(scenario, canonical) if canonical else scenario,
         "fixture": lib.fixture_part(),
         "transactions": _transactions_used(sc.workloads, lib, exclude_defaults=True),
         "jobs": _jobs_used(sc.workloads, lib, exclude_defaults=True),
@@ -300,16 +302,16 @@ def definition_key(sc: Scenario, lib: WorkloadLibrary) -> str:
 _SQL_KEYS = frozenset({"sql", "statements", "query", "for_each"})
 
 
-def _canonical(node: Any, sql: bool = False) -> Any:
-    """A dumped scenario with its SQL in canonical form (the business schema implicit: see
-    :func:`~dbaops.dbms.postgres.search_path.canonical_sql`), so a record stays current when
-    a scenario's SQL only gains the schema of the names it already meant."""
+def _canonical(node: Any, canonical: Callable[[str], str], sql: bool = False) -> Any:
+    """A dumped scenario with its SQL in the engine's ``canonical`` form (PostgreSQL's: the
+    business schema implicit), so a record stays current when a scenario's SQL only gains the
+    schema of the names it already meant."""
     if isinstance(node, dict):
-        return {k: _canonical(v, k in _SQL_KEYS) for k, v in node.items()}
+        return {k: _canonical(v, canonical, k in _SQL_KEYS) for k, v in node.items()}
     if isinstance(node, list):
-        return [_canonical(v, sql) for v in node]
+        return [_canonical(v, canonical, sql) for v in node]
     if sql and isinstance(node, str):
-        return canonical_sql(node)
+        return canonical(node)
     return node
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dbaops.dbms.dialect import EngineDialect, ServerSeries
 from dbaops.dbms.postgres.metrics import REGISTRY
 from dbaops.dbms.postgres.serverlog import log_line_stamp
-from dbaops.dbms.postgres.sqltext import quote_ident, sql_problem
+from dbaops.dbms.postgres.sqltext import canonical_sql, quote_ident, sql_problem
 from dbaops.dbms.postgres.survey import SURVEY_PROBES
 
 DIALECT = EngineDialect(
@@ -25,6 +25,7 @@ DIALECT = EngineDialect(
     split_statements=None,
     quote_ident=quote_ident,
     sql_problem=sql_problem,
+    canonical_sql=canonical_sql,
     crash_markers=("terminated by signal", "PANIC:", "was terminated by", "server process (PID"),
     metrics=REGISTRY,
     survey_probes=SURVEY_PROBES,

@@ -23,3 +23,11 @@ def sql_problem(sql: str) -> str | None:
     except parser.ParseError as exc:
         return f"SQL does not parse: {exc.args[0] if exc.args else exc}"
     return None
+
+
+def canonical_sql(sql: str) -> str:
+    """``sql`` with explicit ``public.`` qualifications taken out (see
+    :func:`dbaops.dbms.postgres.search_path.canonical_sql`, loaded on first use)."""
+    from dbaops.dbms.postgres.search_path import canonical_sql as canonical
+
+    return canonical(sql)

@@ -25,6 +25,8 @@ DIALECT = EngineDialect(
     split_statements=split_statements,
     quote_ident=quote_ident,
     sql_problem=sql_problem,
+    # a TiDB scenario's SQL is keyed as written
+    canonical_sql=None,
     # a fatal log entry (a panic TiDB recovers in a session is logged as an error, and is not
     # the server's crash)
     crash_markers=("] [FATAL] ",),
