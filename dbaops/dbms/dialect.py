@@ -12,6 +12,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from dbaops.dbms.metric_spec import MetricSpec
 
@@ -63,6 +64,9 @@ class EngineDialect:
     survey_probes: Mapping[str, str]
     #: The actions of the engine's ``manage_instance`` tool (scenario steps name them).
     instance_actions: tuple[str, ...]
+    #: The engine's own checks of a scenario file: ``(scenario, library, parts)`` to messages
+    #: naming the field (what it cannot run, what would cross its adversary boundary).
+    scenario_problems: Callable[[Any, Any, Any], list[str]]
 
 
 #: The engines whose dialects dbaops ships (``dbaops.dbms.<name>.dialect``).

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any, get_args
+from typing import Any
 
 from pydantic import BaseModel
 
 from dbaops.dbms.dialect import engine_dialect
-from dbaops.dbms.postgres.search_path import created_routines, search_path_problems
 from dbaops.scenario.checks import (
     LedgerCheck,
     MetricCheck,
     check_placement_problems,
     metric_check_problems,
 )
-from dbaops.scenario.faults import FaultSpec
 from dbaops.scenario.model import OlapWorkload, Scenario
 from dbaops.tools.names import AGENT_TOOLS
 from dbaops.workloads.spec import PreviousArg, WorkloadLibrary
@@ -41,38 +39,18 @@ def _row_filled(sql: str, for_each: str | None) -> str:
     return re.sub(r"\{\w+\}", "0", sql) if for_each is not None else sql
 
 
-_FAULT_KINDS = get_args(get_args(FaultSpec)[0])
-
-#: Fault kinds the runner applies on TiDB (the rest act on PostgreSQL or its host).
-TIDB_FAULTS = {"sql", "hold_transaction", "load", "idle_connections", "instance"}
-
-
-def _tidb_problems(
+def _engine_problems(
     sc: Scenario, lib: WorkloadLibrary, parts: list[tuple[str, BaseModel]]
 ) -> list[str]:
-    """What a TiDB scenario cannot use (yet), and a library of the other engine."""
+    """A library written for another engine, and what the scenario's engine says it cannot
+    run or must not be asked to (its dialect's scenario checks)."""
     problems = []
     if lib.engine != sc.engine:
         problems.append(
             f"database.library: {lib.id!r} is written for {lib.engine}, the scenario runs on "
             f"{sc.engine}"
         )
-    if sc.engine != "tidb":
-        if sc.topology != "standalone":
-            problems.append("topology: a TiDB setting (PostgreSQL scenarios use database.replica)")
-        return problems
-    if sc.database.replica is not None:
-        problems.append("database.replica: TiDB scenarios have no standby")
-    if sc.backend == "docker":
-        problems.append("backend: TiDB runs on the embedded backend only")
-    for where, model in parts:
-        kind = getattr(model, "kind", None)
-        if isinstance(model, _FAULT_KINDS) and kind not in TIDB_FAULTS:
-            problems.append(
-                f"{where}: fault {kind!r} is not available on TiDB (available: "
-                f"{', '.join(sorted(TIDB_FAULTS))})"
-            )
-    return problems
+    return [*problems, *engine_dialect(sc.engine).scenario_problems(sc, lib, parts)]
 
 
 def _walk(node: Any, where: str) -> Iterator[tuple[str, Any]]:
@@ -111,7 +89,7 @@ def _solution_label(name: str) -> str:
     return f"{'blunt' if kind == 'blunt' else 'alternatives'}[{own}]"
 
 
-def _sql_of(model: BaseModel) -> Iterator[tuple[str, str]]:
+def sql_fields(model: BaseModel) -> Iterator[tuple[str, str]]:
     for name in _SQL_FIELDS:
         value = getattr(model, name, None)
         if isinstance(value, str):
@@ -128,13 +106,14 @@ def construction_sql(sc: Scenario, lib: WorkloadLibrary, sql: str) -> str:
     return lib.render(sql, sc.database.params, sc.database.seed, sc.database.date.isoformat())
 
 
-def _as_run(
+def sql_as_run(
     sc: Scenario, lib: WorkloadLibrary, parts: list[tuple[str, BaseModel]]
 ) -> Iterator[tuple[str, str, str]]:
-    """(where, field, SQL as it runs) of every SQL field of ``parts``."""
+    """(where, field, SQL as it runs) of every SQL field of ``parts`` (construction SQL with
+    its parameters filled)."""
     for where, model in parts:
         built = where.startswith("preparation.construction")
-        for field, sql in _sql_of(model):
+        for field, sql in sql_fields(model):
             yield where, field, construction_sql(sc, lib, sql) if built else sql
 
 
@@ -143,11 +122,9 @@ def _sql_problems(
 ) -> list[str]:
     problems = [
         f"{where}.{field}: {problem}"
-        for where, field, sql in _as_run(sc, lib, parts)
+        for where, field, sql in sql_as_run(sc, lib, parts)
         if (problem := sql_problem(sql, sc.engine)) is not None
     ]
-    if sc.engine == "postgres":
-        problems.extend(_search_path_problems(sc, lib, parts))
     params = {**lib.params, **sc.database.params}
     date = sc.database.date.isoformat()
     for field in ("schema_sql", "data_sql", "post_sql"):
@@ -163,29 +140,6 @@ def _sql_problems(
         if (problem := sql_problem(job.sql, sc.engine)) is not None:
             problems.append(f"jobs.{jname}.sql: {problem}")
     return problems
-
-
-def _search_path_problems(
-    sc: Scenario, lib: WorkloadLibrary, parts: list[tuple[str, BaseModel]]
-) -> list[str]:
-    """Harness SQL (preparation, events, evaluation: the checks and faults the harness runs
-    with ``search_path = pg_catalog, pg_temp``) that would resolve a business object through
-    the search path, or call code outside ``pg_catalog`` that the scenario did not make as the
-    superuser in its construction. The workloads' SQL is the application's, and the solutions'
-    the agent's: both keep their roles' own path."""
-    own = frozenset(
-        name
-        for construction in sc.preparation.construction
-        if getattr(construction, "role", None) == "postgres"
-        for _, sql in _sql_of(construction)
-        for name in created_routines(construction_sql(sc, lib, sql))
-    )
-    return [
-        f"{where}.{field}: {problem.message()}"
-        for where, field, sql in _as_run(sc, lib, parts)
-        if not where.startswith("workloads")
-        for problem in search_path_problems(sql, own)
-    ]
 
 
 def _reference_problems(sc: Scenario) -> list[str]:
@@ -373,31 +327,6 @@ def _container_problems(sc: Scenario, parts: list[tuple[str, BaseModel]]) -> lis
     return problems
 
 
-def _live_superuser_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
-    """A fault that runs SQL as a superuser after the agent has started (an event after
-    t = 0, or a live actor's loop) must touch nothing the agent could have planted code in
-    (:mod:`dbaops.dbms.postgres.superuser_reach`)."""
-    from dbaops.dbms.postgres.superuser_reach import agent_reachable
-
-    superusers = {"postgres"} | {r.name for r in lib.roles if r.superuser}
-    problems: list[str] = []
-    for i, event in enumerate(sc.events):
-        fault = event.fault
-        role = getattr(fault, "role", None)
-        if fault is None or role not in superusers or not (event.at > 0 or fault.live):
-            continue
-        sqls = [getattr(fault, "sql", None), *getattr(fault, "statements", [])]
-        reach = [what for sql in sqls if isinstance(sql, str) for what in agent_reachable(sql)]
-        if reach:
-            problems.append(
-                f"events[{i}].fault: runs as the superuser {role!r} while the agent works, and "
-                f"{', '.join(reach[:4])} could run code the agent planted (a trigger, rule, "
-                "default, view or policy) as a superuser: run it as a fixture role (role:), "
-                "or before the agent starts"
-            )
-    return problems
-
-
 def _solution_problems(sc: Scenario) -> list[str]:
     """A Hard bounded scenario declares its reflex fix, so validation can show the verifier
     rejects it (paper §4.2; a persistent scenario is Hard at corpus level)."""
@@ -418,7 +347,6 @@ def scenario_problems(sc: Scenario, lib: WorkloadLibrary) -> list[str]:
         *_solution_problems(sc),
         *_replica_problems(sc, parts),
         *_container_problems(sc, parts),
-        *(_live_superuser_problems(sc, lib) if sc.engine == "postgres" else []),
         *_sql_problems(sc, lib, parts),
-        *_tidb_problems(sc, lib, parts),
+        *_engine_problems(sc, lib, parts),
     ]

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dbaops.dbms.dialect import EngineDialect, ServerSeries
 from dbaops.dbms.postgres.metrics import REGISTRY
 from dbaops.dbms.postgres.serverlog import log_line_stamp
 from dbaops.dbms.postgres.sqltext import canonical_sql, quote_ident, sql_problem
 from dbaops.dbms.postgres.survey import SURVEY_PROBES
+
+
+def _scenario_problems(sc: Any, lib: Any, parts: Any) -> list[str]:
+    """PostgreSQL's scenario checks, loaded on first use (they read the scenario format)."""
+    from dbaops.dbms.postgres.scenario_checks import scenario_problems
+
+    return scenario_problems(sc, lib, parts)
+
 
 DIALECT = EngineDialect(
     name="postgres",
@@ -29,5 +39,6 @@ DIALECT = EngineDialect(
     crash_markers=("terminated by signal", "PANIC:", "was terminated by", "server process (PID"),
     metrics=REGISTRY,
     survey_probes=SURVEY_PROBES,
+    scenario_problems=_scenario_problems,
     instance_actions=("status", "reload", "set_parameter", "restart", "stop", "start"),
 )

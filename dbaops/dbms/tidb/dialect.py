@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dbaops.dbms.dialect import EngineDialect, ServerSeries
 from dbaops.dbms.tidb.metrics import REGISTRY
 from dbaops.dbms.tidb.serverlog import log_line_stamp
 from dbaops.dbms.tidb.sqltext import quote_ident, split_statements, sql_problem
 from dbaops.dbms.tidb.survey import SURVEY_PROBES
+
+
+def _scenario_problems(sc: Any, lib: Any, parts: Any) -> list[str]:
+    """TiDB's scenario checks, loaded on first use (they read the scenario format)."""
+    from dbaops.dbms.tidb.scenario_checks import scenario_problems
+
+    return scenario_problems(sc, lib, parts)
+
 
 DIALECT = EngineDialect(
     name="tidb",
@@ -32,5 +42,6 @@ DIALECT = EngineDialect(
     crash_markers=("] [FATAL] ",),
     metrics=REGISTRY,
     survey_probes=SURVEY_PROBES,
+    scenario_problems=_scenario_problems,
     instance_actions=("status", "set_variable", "restart", "stop", "start"),
 )
