@@ -262,3 +262,31 @@ def test_loading_a_scenario_loads_no_driver_and_no_run_machinery() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_clean_asks_every_engine_to_release_what_it_left_in_a_cluster_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``dbaops clean`` stops a killed run's PostgreSQL postmaster and tidb-server through
+    their engines (neither named by the CLI), then removes the directories."""
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from dbaops.cli import app
+
+    monkeypatch.setenv("DBAOPS_HOME", str(tmp_path))
+    left = {}
+    for name, pidfile in (("db-aaaa-pg15", "data/postmaster.pid"), ("db-bbbb-tidb", "tidb.pid")):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        path = tmp_path / "clusters" / name / pidfile
+        path.parent.mkdir(parents=True)
+        path.write_text(f"{proc.pid}\n")
+        left[name] = proc
+    result = CliRunner().invoke(app, ["clean"])
+    assert result.exit_code == 0, result.output
+    for name, proc in left.items():
+        assert proc.wait(timeout=30) != 0, name  # ended by its engine's signal
+        assert not (tmp_path / "clusters" / name).exists()
+    assert "stopped the postmaster" in result.output and "stopped the tidb-server" in result.output

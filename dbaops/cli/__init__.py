@@ -832,31 +832,17 @@ def clean(
 
         targets = [p for p in targets if of_scenario(p.name)]
         snapshots = [p for p in snapshots if of_scenario(p.name)]
-    from dbaops.dbms.postgres.volumes import unmount_under
+    from dbaops.dbms.registry import engine_names, get_engine
 
+    engines = [get_engine(name) for name in engine_names()]
     for path in targets:
-        unmount_under(path)  # a volume's loop mount, left by a killed run
-        import os
-        import signal
-
-        # a PostgreSQL postmaster (SIGINT: fast shutdown) or a tidb-server (SIGTERM)
-        for pidfile, sig in ((path / "data" / "postmaster.pid", signal.SIGINT),
-                             (path / "tidb.pid", signal.SIGTERM)):  # fmt: skip
-            if pidfile.exists():
-                try:
-                    os.kill(int(pidfile.read_text().splitlines()[0]), sig)
-                except (OSError, ValueError, IndexError):
-                    pass
+        # what each engine left running or mounted there (a killed run's server, a volume,
+        # the docker backend's containers), then the directory
+        for engine in engines:
+            for done in engine.release_cluster_dir(path):
+                console.print(done)
         shutil.rmtree(path, ignore_errors=True)
         console.print(f"removed {path}")
-    if targets:
-        from dbaops.containers.daemon import daemon_unavailable
-        from dbaops.dbms.postgres.container import remove_labelled
-
-        roots = {str(p) for p in targets} | {f"{p}/standby" for p in targets}
-        if daemon_unavailable() is None:  # the docker backend's containers and networks
-            for name in anyio.run(remove_labelled, roots.__contains__):
-                console.print(f"removed container or network {name}")
     for path in snapshots:
         shutil.rmtree(path, ignore_errors=True)
         console.print(f"removed {path}")

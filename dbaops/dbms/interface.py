@@ -200,6 +200,12 @@ class DatabaseEngine(ABC):
         many sessions wait on the agent's locks (``locks.blocked_by_agent``, for the judge
         only)."""
 
+    def release_cluster_dir(self, path: Path) -> list[str]:
+        """Before ``dbaops clean`` removes the cluster directory ``path`` (a killed run's,
+        perhaps): stop what of this engine still runs there and undo what it mounted or
+        created for it; what was done, in words (nothing by default)."""
+        return []
+
     @abstractmethod
     def log_line_stamp(self, line: str) -> tuple[float, int] | None:
         """The wall time and process id of a server log line (None: a continuation line)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from dbaops.clock import ScenarioClock
@@ -91,6 +92,34 @@ class PostgresEngine(DatabaseEngine):
         if request.backend == "docker":
             return await container_backend(request, progress)
         return await embedded_backend(request.name, request.bindir, request.snapshot_group)
+
+    def release_cluster_dir(self, path: Path) -> list[str]:
+        """A volume's loop mount left under ``path``, a postmaster still running there (fast
+        shutdown), the docker backend's containers and networks of the cluster and its
+        standby."""
+        import os
+        import signal
+
+        import anyio
+
+        from dbaops.containers.daemon import daemon_unavailable
+        from dbaops.dbms.postgres.container import remove_labelled
+        from dbaops.dbms.postgres.volumes import unmount_under
+
+        done: list[str] = []
+        unmount_under(path)
+        pidfile = path / "data" / "postmaster.pid"
+        if pidfile.exists():
+            try:
+                os.kill(int(pidfile.read_text().splitlines()[0]), signal.SIGINT)
+                done.append(f"stopped the postmaster of {path}")
+            except (OSError, ValueError, IndexError):
+                pass
+        if daemon_unavailable() is None:
+            roots = {str(path), f"{path}/standby"}
+            removed = anyio.run(remove_labelled, roots.__contains__)
+            done += [f"removed container or network {name}" for name in removed]
+        return done
 
     def metric_sampler(
         self,

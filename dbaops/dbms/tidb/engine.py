@@ -239,6 +239,20 @@ class TidbEngine(DatabaseEngine):
             raise
         return TidbBackend(server)
 
+    def release_cluster_dir(self, path: Path) -> list[str]:
+        """A tidb-server still running from ``path`` (SIGTERM)."""
+        import os
+        import signal
+
+        pidfile = path / "tidb.pid"
+        if pidfile.exists():
+            try:
+                os.kill(int(pidfile.read_text().splitlines()[0]), signal.SIGTERM)
+                return [f"stopped the tidb-server of {path}"]
+            except (OSError, ValueError, IndexError):
+                pass
+        return []
+
     def metric_sampler(
         self,
         server: DatabaseServer,
