@@ -1,7 +1,7 @@
 """What a sampled metric is, for every engine: its name, kind, unit and label key.
 
 Each engine declares the metrics its sampler records (PostgreSQL's in
-:mod:`dbaops.engine.metrics_registry`, TiDB's in :mod:`dbaops.dbms.tidb.metrics`) and gives them
+:mod:`dbaops.dbms.postgres.metrics`, TiDB's in :mod:`dbaops.dbms.tidb.metrics`) and gives them
 through its dialect (``EngineDialect.metrics``), against which scenarios' metric checks are
 validated. Three kinds:
 
