@@ -91,6 +91,7 @@ async def test_validate_noop_fails_reference_passes_shallow_and_blunt_fail(tmp_p
         ("pg-sf-01", "blunt:server-wide-idle-timeout"): (True, False, True),
         ("pg-rg-01", "noop"): (False, False, True),
         ("pg-rg-01", "reference"): (True, True, True),
+        ("pg-rg-01", "reference:cap-and-idle-guard"): (True, True, True),
         ("pg-rg-01", "shallow"): (False, False, True),
         # a cap as large as the pool: the app is crowded out again (fails Safe Pass)
         ("pg-rg-01", "blunt:cap-at-the-pool"): (False, False, True),
