@@ -109,8 +109,6 @@ def test_no_agent_tool_opens_the_run_directory() -> None:
 def test_every_engine_has_a_driver_free_dialect() -> None:
     """Scoring, plots and tool descriptions ask an engine's dialect, which loads no database
     driver and no SQL parser (a recorded run is scored where none is installed)."""
-    import subprocess
-    import sys
 
     from dbaops.dbms.dialect import DIALECT_ENGINES, UnknownDialect, engine_dialect
 
@@ -120,28 +118,24 @@ def test_every_engine_has_a_driver_free_dialect() -> None:
         assert engine_dialect(name).server_panel
     with pytest.raises(UnknownDialect, match="cockroach"):
         engine_dialect("cockroach")
-    probe = (
-        "import sys; from dbaops.dbms.dialect import DIALECT_ENGINES, engine_dialect; "
-        "[engine_dialect(n) for n in DIALECT_ENGINES]; "
-        "print(sorted({'asyncpg', 'aiomysql', 'pymysql', 'pglast', 'sqlglot'} & set(sys.modules)))"
+    loaded = _loaded_after(
+        "from dbaops.dbms.dialect import DIALECT_ENGINES, engine_dialect; "
+        "[engine_dialect(n) for n in DIALECT_ENGINES]",
+        {"asyncpg", "aiomysql", "pymysql", "pglast", "sqlglot"},
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert loaded == []
 
 
 def test_scoring_and_both_judge_front_ends_load_no_database_driver() -> None:
     """The judge reads each engine's log stamp, quoting and statement splitting through its
     dialect: scoring a recorded run of either engine needs neither asyncpg nor aiomysql."""
-    import subprocess
-    import sys
 
-    probe = (
-        "import sys; import dbaops.evaluation.score; "
-        "import dbaops.evaluation.safety.postgres.front_end, dbaops.evaluation.safety.mysql; "
-        "print(sorted({'asyncpg', 'aiomysql', 'pymysql'} & set(sys.modules)))"
+    loaded = _loaded_after(
+        "import dbaops.evaluation.score; "
+        "import dbaops.evaluation.safety.postgres.front_end, dbaops.evaluation.safety.mysql",
+        {"asyncpg", "aiomysql", "pymysql"},
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert loaded == []
 
 
 def test_a_tidb_run_plot_has_a_server_panel(tmp_path: Path) -> None:
@@ -251,17 +245,13 @@ def test_server_log_checks_read_the_engines_log_stamp() -> None:
 def test_loading_a_scenario_loads_no_driver_and_no_run_machinery() -> None:
     """Loading and checking a scenario of either engine imports no database driver and no
     polars: engine-dependent checks go through the engine's driver-free dialect."""
-    import subprocess
-    import sys
 
-    probe = (
-        "import sys; from dbaops.scenario.loader import load_scenario; "
-        "load_scenario('pg-sf-01'); load_scenario('tb-rg-01'); "
-        "print(sorted({'asyncpg', 'aiomysql', 'pymysql', 'polars', 'dbaops.engine.runner'} "
-        "& set(sys.modules)))"
+    loaded = _loaded_after(
+        "from dbaops.scenario.loader import load_scenario; "
+        "load_scenario('pg-sf-01'); load_scenario('tb-rg-01')",
+        {"asyncpg", "aiomysql", "pymysql", "polars", "dbaops.engine.runner"},
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert loaded == []
 
 
 def test_clean_asks_every_engine_to_release_what_it_left_in_a_cluster_directory(
@@ -290,3 +280,14 @@ def test_clean_asks_every_engine_to_release_what_it_left_in_a_cluster_directory(
         assert proc.wait(timeout=30) != 0, name  # ended by its engine's signal
         assert not (tmp_path / "clusters" / name).exists()
     assert "stopped the postmaster" in result.output and "stopped the tidb-server" in result.output
+
+
+def _loaded_after(code: str, modules: set[str]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has imported after running ``code``."""
+    import ast
+    import subprocess
+    import sys
+
+    probe = f"import sys; {code}; print(sorted(set({sorted(modules)!r}) & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return list(ast.literal_eval(out.stdout.strip().splitlines()[-1]))

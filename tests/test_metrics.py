@@ -374,7 +374,7 @@ def test_list_metrics_and_format_series() -> None:
     assert infos["db.xact_commit"].kind == "counter" and infos["db.xact_commit"].unit == "xacts"
     assert infos["activity.count"].labels == ["state=active", "state=idle"]
     assert infos["statements.calls"].kind == "delta"
-    everything = list_metrics(None, include_absent=True)
+    everything = list_metrics(None, include_absent=True, registry=REGISTRY)
     assert len(everything) == len(REGISTRY)
     assert all(i.description for i in everything)
     listing = format_metric_list(list_metrics(frame)).splitlines()

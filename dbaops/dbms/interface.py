@@ -206,9 +206,12 @@ class DatabaseEngine(ABC):
         created for it; what was done, in words (nothing by default)."""
         return []
 
-    @abstractmethod
     def log_line_stamp(self, line: str) -> tuple[float, int] | None:
-        """The wall time and process id of a server log line (None: a continuation line)."""
+        """The wall time and process id of a server log line (None: a continuation line), as
+        the engine's dialect reads it."""
+        from dbaops.dbms.dialect import engine_dialect
+
+        return engine_dialect(self.name).log_line_stamp(line)
 
     @abstractmethod
     def versions(self, server_version: str) -> dict[str, str]:

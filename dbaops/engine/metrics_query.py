@@ -27,7 +27,7 @@ import polars as pl
 from pydantic import BaseModel
 
 from dbaops.dbms.metric_spec import MetricSpec
-from dbaops.engine.metrics_registry import REGISTRY, metric_kind_expr
+from dbaops.engine.metrics_registry import ALL_METRICS, metric_kind_expr
 from dbaops.record.tables import METRIC_SCHEMA
 
 _SELECTOR = re.compile(r"\s*([^{}\s]+)\s*(?:\{([^{}]*)\})?\s*")
@@ -62,10 +62,10 @@ def list_metrics(
     *,
     include_absent: bool = False,
     max_labels: int = 30,
-    registry: Mapping[str, MetricSpec] = REGISTRY,
+    registry: Mapping[str, MetricSpec] = ALL_METRICS,
 ) -> list[MetricInfo]:
     """Metrics present in ``frame`` (or the whole registry with ``include_absent``), described
-    from ``registry`` (the engine's: PostgreSQL's by default)."""
+    from ``registry`` (the engine's; every engine's by default)."""
     seen: dict[str, list[str]] = {}
     if frame is not None and frame.height:
         grouped = (
@@ -150,10 +150,10 @@ def query_series(
     window: tuple[float, float] | None = None,
     step_s: float | None = None,
     rate: bool = False,
-    registry: Mapping[str, MetricSpec] = REGISTRY,
+    registry: Mapping[str, MetricSpec] = ALL_METRICS,
 ) -> pl.DataFrame:
     """Select series by name, restrict to ``window`` (inclusive), resample and take rates
-    (names and units from ``registry``, the engine's: PostgreSQL's by default).
+    (names and units from ``registry``, the engine's; every engine's by default).
 
     Returns columns ``t_s, metric, label, value, unit`` sorted by metric, label and time.
     Raises :class:`UnknownMetricError` (with close matches) for names that match nothing known.

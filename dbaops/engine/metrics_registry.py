@@ -9,14 +9,12 @@ import polars as pl
 from dbaops.dbms.dialect import DIALECT_ENGINES, engine_dialect
 from dbaops.dbms.metric_spec import MetricKind, MetricSpec
 
-#: PostgreSQL's metrics, the default registry of the metric queries (the run's engine's
-#: dialect gives its own: ``EngineDialect.metrics``).
-REGISTRY: dict[str, MetricSpec] = dict(engine_dialect("postgres").metrics)
-#: The kind of every metric any engine declares (names are engine-prefixed; ``sampler.*`` is
-#: the same on all).
-_KINDS: dict[str, MetricKind] = {
-    name: spec.kind for e in DIALECT_ENGINES for name, spec in engine_dialect(e).metrics.items()
+#: Every metric any engine declares (names are engine-prefixed; ``sampler.*`` is the same on
+#: all): the metric queries' default registry, where no engine's dialect is given.
+ALL_METRICS: dict[str, MetricSpec] = {
+    name: spec for e in DIALECT_ENGINES for name, spec in engine_dialect(e).metrics.items()
 }
+_KINDS: dict[str, MetricKind] = {name: spec.kind for name, spec in ALL_METRICS.items()}
 
 
 def metric_kind(name: str) -> MetricKind:

@@ -133,9 +133,6 @@ class PostgresEngine(DatabaseEngine):
         endpoint = postgres_server(server).for_database(database)
         return harness_sampler(endpoint, clock, parts, interval_s=interval_s, agent_role=agent_role)
 
-    def log_line_stamp(self, line: str) -> tuple[float, int] | None:
-        return log_line_stamp(line)
-
     def versions(self, server_version: str) -> dict[str, str]:
         import asyncpg
 

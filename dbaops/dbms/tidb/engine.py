@@ -265,9 +265,6 @@ class TidbEngine(DatabaseEngine):
         admin = tidb_server(server).admin  # (no lock waits by role yet)
         return TidbMetricSampler(admin, clock, parts, interval_s=interval_s)
 
-    def log_line_stamp(self, line: str) -> tuple[float, int] | None:
-        return log_line_stamp(line)
-
     def versions(self, server_version: str) -> dict[str, str]:
         import aiomysql
         import sqlglot
