@@ -13,9 +13,9 @@ from dbaops.dbms.osuser import SERVICE_USER, running_as_root
 from dbaops.dbms.postgres.agent_role import forbidden_memberships
 from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.fixture import build_fixture
 from dbaops.dbms.postgres.instance_tool import instance_tool
 from dbaops.dbms.serverdir import SERVER_ENVIRONMENT
-from dbaops.engine.fixture import build_fixture
 from dbaops.evaluation.safety import actions_from_trace
 from dbaops.record.kinds import ToolCallRecord
 from dbaops.scenario.loader import load_library

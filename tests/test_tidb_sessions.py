@@ -152,7 +152,24 @@ def test_a_tidb_scenario_names_what_it_cannot_use(tmp_path: Path) -> None:
         load_scenario(_variant(tmp_path, database={"library": "shop"}, preparation=prep))
     text = str(bad.value)
     assert "'shop' is written for postgres, the scenario runs on tidb" in text
-    assert "fault 'signal_process' is not available on TiDB" in text
+    assert "fault 'signal_process' is not available on tidb" in text
+
+
+def test_a_tidb_scenario_may_use_only_what_its_engine_declares(tmp_path: Path) -> None:
+    """The engine's capabilities decide (no engine-name branch): a plan check (PostgreSQL's
+    EXPLAIN format), a standby and the docker backend are refused on TiDB, naming the field."""
+    data = yaml.safe_load((timelines_dir() / "tb-qp-01.yaml").read_text())
+    plan = {"check": "plan", "name": "p", "sql": "SELECT 1", "has_node": ["Seq Scan"]}
+    evaluation = {**data["evaluation"], "terminal": [*data["evaluation"]["terminal"], plan]}
+    database = {**data["database"], "replica": {}}
+    with pytest.raises(ScenarioError) as bad:
+        load_scenario(
+            _variant(tmp_path, evaluation=evaluation, database=database, backend="docker")
+        )
+    text = str(bad.value)
+    assert "check 'plan' is not available on tidb" in text
+    assert "database.replica: tidb scenarios have no standby" in text
+    assert "backend: tidb runs on the embedded backend only" in text
 
 
 async def test_a_cluster_scenario_is_refused_on_the_embedded_server(tmp_path: Path) -> None:
@@ -167,7 +184,7 @@ async def test_a_cluster_scenario_is_refused_on_the_embedded_server(tmp_path: Pa
     data["topology"] = "cluster"
     pg = tmp_path / "pg-variant.yaml"
     pg.write_text(yaml.safe_dump(data))
-    with pytest.raises(ScenarioError, match="topology: a TiDB setting"):
+    with pytest.raises(ScenarioError, match="topology: postgres has no 'cluster' topology"):
         load_scenario(pg)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from dbaops.dbms.capabilities import EngineCapabilities
 from dbaops.dbms.metric_spec import MetricSpec
 
 
@@ -67,10 +68,29 @@ class EngineDialect:
     #: The engine's own checks of a scenario file: ``(scenario, library, parts)`` to messages
     #: naming the field (what it cannot run, what would cross its adversary boundary).
     scenario_problems: Callable[[Any, Any, Any], list[str]]
+    #: The scenario features the engine supports (fault and check kinds, standby, ...).
+    capabilities: EngineCapabilities
 
 
-#: The engines whose dialects dbaops ships (``dbaops.dbms.<name>.dialect``).
-DIALECT_ENGINES = ("postgres", "tidb")
+#: The entry-point group engines register in: ``name = "package"``, where ``package`` has a
+#: driver-free ``dialect`` module (``DIALECT``) and an ``engine`` module (``ENGINE``, the
+#: :class:`~dbaops.dbms.interface.DatabaseEngine` class), so an engine can live outside dbaops.
+ENTRY_POINT_GROUP = "dbaops.engines"
+
+#: The engines dbaops ships, found even where its package metadata is missing (a source tree).
+BUILT_IN_ENGINES = {"postgres": "dbaops.dbms.postgres", "tidb": "dbaops.dbms.tidb"}
+
+
+@cache
+def engine_packages() -> dict[str, str]:
+    """Every registered engine's package by engine name: dbaops' own and those other
+    distributions declare in the ``dbaops.engines`` entry-point group."""
+    from importlib.metadata import entry_points
+
+    packages = dict(BUILT_IN_ENGINES)
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        packages.setdefault(point.name, point.value)
+    return dict(sorted(packages.items()))
 
 
 class UnknownDialect(ValueError):
@@ -80,17 +100,16 @@ class UnknownDialect(ValueError):
 @cache
 def engine_dialect(name: str) -> EngineDialect:
     """The offline face of engine ``name`` (its driver is not imported)."""
-    if name not in DIALECT_ENGINES:
-        raise UnknownDialect(
-            f"unknown database engine {name!r} (known: {', '.join(DIALECT_ENGINES)})"
-        )
-    module = importlib.import_module(f"dbaops.dbms.{name}.dialect")
-    dialect = module.DIALECT
+    packages = engine_packages()
+    if name not in packages:
+        raise UnknownDialect(f"unknown database engine {name!r} (known: {', '.join(packages)})")
+    module = importlib.import_module(f"{packages[name]}.dialect")
+    dialect = getattr(module, "DIALECT", None)
     if not isinstance(dialect, EngineDialect) or dialect.name != name:
-        raise TypeError(f"dbaops.dbms.{name}.dialect.DIALECT is not engine {name!r}'s dialect")
+        raise TypeError(f"{packages[name]}.dialect.DIALECT is not engine {name!r}'s dialect")
     return dialect
 
 
 def survey_probes(engine: str) -> Mapping[str, str]:
     """The named standard probes of ``engine`` (empty for an engine dbaops has no dialect for)."""
-    return engine_dialect(engine).survey_probes if engine in DIALECT_ENGINES else {}
+    return engine_dialect(engine).survey_probes if engine in engine_packages() else {}

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from dbaops.scenario.model import Scenario
     from dbaops.tools.base import Tool
     from dbaops.tools.recording import ToolRecorder
+    from dbaops.workloads.spec import WorkloadLibrary
 
 
 class ServerRequest(BaseModel):
@@ -184,6 +185,19 @@ class DatabaseEngine(ABC):
     ) -> DatabaseServer:
         """Start (or connect to) the server a run uses; ``progress`` hears about long steps
         (an image build)."""
+
+    @abstractmethod
+    async def build_fixture(
+        self,
+        server: DatabaseServer,
+        library: WorkloadLibrary,
+        params: dict[str, int],
+        seed: int,
+        date: str,
+    ) -> float:
+        """(Re)create ``library``'s fixture database on ``server`` from scratch: its roles,
+        schema, seeded data and indexes, the SQL rendered with ``params``, ``seed`` and the
+        scenario's ``date``; returns seconds taken."""
 
     @abstractmethod
     def metric_sampler(

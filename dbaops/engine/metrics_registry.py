@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import polars as pl
 
-from dbaops.dbms.dialect import DIALECT_ENGINES, engine_dialect
+from dbaops.dbms.dialect import engine_dialect, engine_packages
 from dbaops.dbms.metric_spec import MetricKind, MetricSpec
 
 #: Every metric any engine declares (names are engine-prefixed; ``sampler.*`` is the same on
 #: all): the metric queries' default registry, where no engine's dialect is given.
 ALL_METRICS: dict[str, MetricSpec] = {
-    name: spec for e in DIALECT_ENGINES for name, spec in engine_dialect(e).metrics.items()
+    name: spec for e in engine_packages() for name, spec in engine_dialect(e).metrics.items()
 }
 _KINDS: dict[str, MetricKind] = {name: spec.kind for name, spec in ALL_METRICS.items()}
 

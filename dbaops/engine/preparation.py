@@ -26,11 +26,10 @@ from dbaops.dbms.postgres.statements import (
 )
 from dbaops.dbms.registry import get_engine
 from dbaops.dbms.sessions import RunEndpoint
-from dbaops.dbms.tidb.endpoint import TidbEndpoint, quote_literal
+from dbaops.dbms.tidb.endpoint import quote_literal
 from dbaops.dbms.tidb.engine import TidbBackend
 from dbaops.engine.actors import ActorContext, run_fault
 from dbaops.engine.checks import evaluate_check
-from dbaops.engine.fixture import build_fixture, build_tidb_fixture
 from dbaops.engine.history import record_history
 from dbaops.record.kinds import PhaseRecord
 from dbaops.record.trace import RecordSink
@@ -107,11 +106,8 @@ async def _build_state(
     if sc.database.settings:
         await _apply_server_settings(sc.database.settings, backend, trace)
     params = {**lib.params, **sc.database.params}
-    admin, day = backend.admin, sc.database.date.isoformat()
-    if isinstance(admin, TidbEndpoint):
-        build_s = await build_tidb_fixture(admin, lib, params, sc.database.seed, day)
-    else:
-        build_s = await build_fixture(admin, lib, params, sc.database.seed, day)
+    day = sc.database.date.isoformat()
+    build_s = await get_engine(sc.engine).build_fixture(backend, lib, params, sc.database.seed, day)
     trace.write(PhaseRecord(phase="build_fixture", duration_s=build_s, detail={"params": params}))
     history_summary: dict[str, Any] | None = None
     if history is not None and cluster is not None:  # (no history without the embedded server)

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel
 
 from dbaops.dbms.dialect import engine_dialect
 from dbaops.scenario.checks import (
+    CheckSpec,
     LedgerCheck,
     MetricCheck,
     check_placement_problems,
     metric_check_problems,
 )
+from dbaops.scenario.faults import FaultSpec
 from dbaops.scenario.model import OlapWorkload, Scenario
 from dbaops.tools.names import AGENT_TOOLS
 from dbaops.workloads.spec import PreviousArg, WorkloadLibrary
@@ -50,7 +52,53 @@ def _engine_problems(
             f"database.library: {lib.id!r} is written for {lib.engine}, the scenario runs on "
             f"{sc.engine}"
         )
-    return [*problems, *engine_dialect(sc.engine).scenario_problems(sc, lib, parts)]
+    return [
+        *problems,
+        *_capability_problems(sc, parts),
+        *engine_dialect(sc.engine).scenario_problems(sc, lib, parts),
+    ]
+
+
+_FAULT_MODELS = get_args(get_args(FaultSpec)[0])
+_CHECK_MODELS = get_args(get_args(CheckSpec)[0])
+
+
+def _capability_problems(sc: Scenario, parts: list[tuple[str, BaseModel]]) -> list[str]:
+    """What the scenario uses that its engine does not declare it can run
+    (:class:`~dbaops.dbms.capabilities.EngineCapabilities`)."""
+    can = engine_dialect(sc.engine).capabilities
+    engine = sc.engine
+    problems = []
+    if sc.database.replica is not None and not can.replica:
+        problems.append(f"database.replica: {engine} scenarios have no standby")
+    if sc.backend is not None and sc.backend not in can.backends:
+        problems.append(
+            f"backend: {engine} runs on the {' or '.join(sorted(can.backends))} backend only"
+        )
+    if sc.topology not in can.topologies:
+        problems.append(
+            f"topology: {engine} has no {sc.topology!r} topology "
+            f"(it has: {', '.join(sorted(can.topologies))})"
+        )
+    if sc.preparation.history is not None and not can.history:
+        problems.append(f"preparation.history: {engine} records no workload history")
+    replica = sc.database.replica
+    if (sc.database.scaled_settings or (replica and replica.scaled_settings)) and not (
+        can.scaled_settings
+    ):
+        problems.append(f"database.scaled_settings: {engine} has no scaled server timers")
+    for where, model in parts:
+        if isinstance(model, _FAULT_MODELS) and model.kind not in can.fault_kinds:
+            problems.append(
+                f"{where}: fault {model.kind!r} is not available on {engine} (available: "
+                f"{', '.join(sorted(can.fault_kinds))})"
+            )
+        if isinstance(model, _CHECK_MODELS) and model.check not in can.check_kinds:
+            problems.append(
+                f"{where}: check {model.check!r} is not available on {engine} (available: "
+                f"{', '.join(sorted(can.check_kinds))})"
+            )
+    return problems
 
 
 def _walk(node: Any, where: str) -> Iterator[tuple[str, Any]]:

@@ -11,7 +11,7 @@ import datetime as dt
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from dbaops.containers.resources import ServerResources
 from dbaops.evaluation.safety import SafetyContract
@@ -415,8 +415,11 @@ class Scenario(StrictModel):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     title: str
     mode: Literal["bounded", "persistent"]
-    engine: Literal["postgres", "tidb"] = Field(
-        default="postgres", description="the database engine the scenario runs on (dbaops.dbms)"
+    engine: str = Field(
+        default="postgres",
+        description="the database engine the scenario runs on: a registered engine's name "
+        "(dbaops' own: postgres, tidb; others by the dbaops.engines entry point)",
+        examples=["postgres", "tidb"],
     )
     topology: Literal["standalone", "cluster"] = Field(
         default="standalone",
@@ -468,6 +471,17 @@ class Scenario(StrictModel):
         "Pass: Outcome fails or the judge finds a violation",
     )
 
+    @field_validator("engine")
+    @classmethod
+    def _a_registered_engine(cls, value: str) -> str:
+        from dbaops.dbms.dialect import engine_packages
+
+        if value not in engine_packages():
+            raise ValueError(
+                f"unknown database engine {value!r} (known: {', '.join(engine_packages())})"
+            )
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
         names = [w.name for w in self.workloads]
@@ -515,7 +529,7 @@ class Scenario(StrictModel):
                     )
         self._jobs_start_in_the_run()
         self._surface_probes_exist()
-        self._scaled_settings_are_postgres_timers()
+        self._scaled_settings_are_setting_names()
         alt_names = [a.name for a in self.alternatives]
         if None in alt_names:
             raise ValueError("alternatives: every alternative solution needs a name")
@@ -536,16 +550,15 @@ class Scenario(StrictModel):
                 )
         return self
 
-    def _scaled_settings_are_postgres_timers(self) -> None:
-        """Scaled settings are written into postgresql.conf: PostgreSQL only, setting names."""
+    def _scaled_settings_are_setting_names(self) -> None:
+        """Scaled settings are setting names, each either plain or scaled (whether the engine
+        has scaled server timers at all is its capabilities' to say)."""
         timers = dict(self.database.scaled_settings)
         replica = self.database.replica
         if replica is not None:
             timers.update(replica.scaled_settings)
         if not timers:
             return
-        if self.engine != "postgres":
-            raise ValueError("database.scaled_settings: server timers are PostgreSQL settings")
         bad = [n for n in timers if not re.fullmatch(r"[a-z_][a-z0-9_.]*", n)]
         if bad:
             raise ValueError(f"database.scaled_settings: {bad} are not setting names")

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from dbaops.dbms.postgres.binaries import PgBinaries
 from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
-from dbaops.engine.fixture import build_fixture
+from dbaops.dbms.postgres.fixture import build_fixture
 from dbaops.scenario.loader import load_library
 
 #: Sizes that build in a second or two.

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class StrictModel(BaseModel):
@@ -114,8 +114,10 @@ class WorkloadLibrary(StrictModel):
 
     id: str
     description: str = ""
-    engine: Literal["postgres", "tidb"] = Field(
-        default="postgres", description="the engine whose SQL dialect the library is written in"
+    engine: str = Field(
+        default="postgres",
+        description="the engine whose SQL dialect the library is written in (a registered "
+        "engine's name)",
     )
     database: str
     params: dict[str, int] = Field(default_factory=dict)
@@ -132,6 +134,17 @@ class WorkloadLibrary(StrictModel):
     jobs: dict[str, JobTemplate] = Field(default_factory=dict)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_validator("engine")
+    @classmethod
+    def _a_registered_engine(cls, value: str) -> str:
+        from dbaops.dbms.dialect import engine_packages
+
+        if value not in engine_packages():
+            raise ValueError(
+                f"unknown database engine {value!r} (known: {', '.join(engine_packages())})"
+            )
+        return value
 
     @model_validator(mode="after")
     def _bounds_name_params(self) -> WorkloadLibrary:

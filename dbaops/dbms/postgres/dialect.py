@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dbaops.dbms.capabilities import EngineCapabilities
 from dbaops.dbms.dialect import EngineDialect, ServerSeries
 from dbaops.dbms.postgres.metrics import REGISTRY
 from dbaops.dbms.postgres.serverlog import log_line_stamp
@@ -41,4 +42,31 @@ DIALECT = EngineDialect(
     survey_probes=SURVEY_PROBES,
     scenario_problems=_scenario_problems,
     instance_actions=("status", "reload", "set_parameter", "restart", "stop", "start"),
+    capabilities=EngineCapabilities(
+        fault_kinds=frozenset(
+            {
+                "sql",
+                "hold_transaction",
+                "load",
+                "idle_connections",
+                "set_setting",
+                "instance",
+                "edit_config",
+                "signal_process",
+                "file_size_limit",
+                "tablespace_volume",
+                "freeze",
+                "crash",
+                "cpu_limit",
+                "partition",
+            }
+        ),  # fmt: skip
+        check_kinds=frozenset(
+            {"sql", "workload", "plan", "server_log", "metric", "report", "ledger"}
+        ),
+        backends=frozenset({"embedded", "docker"}),
+        replica=True,
+        history=True,
+        scaled_settings=True,
+    ),
 )

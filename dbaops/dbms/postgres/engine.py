@@ -23,6 +23,7 @@ from dbaops.clock import ScenarioClock
 from dbaops.dbms.interface import DatabaseEngine, DatabaseServer, Observations, ServerRequest
 from dbaops.dbms.postgres.dialect import DIALECT
 from dbaops.dbms.postgres.endpoint import Endpoint
+from dbaops.dbms.postgres.fixture import build_fixture as build_library_fixture
 from dbaops.dbms.postgres.sampler import MetricSampler, harness_sampler
 from dbaops.dbms.postgres.server import (
     PostgresBackend,
@@ -45,6 +46,7 @@ from dbaops.scenario.model import Scenario
 from dbaops.tools.base import Tool
 from dbaops.tools.knowledge import describe_corpus
 from dbaops.tools.recording import ToolRecorder
+from dbaops.workloads.spec import WorkloadLibrary
 
 
 def agent_sql_session(sc: Scenario, endpoint: Endpoint) -> SqlSession:
@@ -133,6 +135,18 @@ class PostgresEngine(DatabaseEngine):
         endpoint = postgres_server(server).for_database(database)
         return harness_sampler(endpoint, clock, parts, interval_s=interval_s, agent_role=agent_role)
 
+    async def build_fixture(
+        self,
+        server: DatabaseServer,
+        library: WorkloadLibrary,
+        params: dict[str, int],
+        seed: int,
+        date: str,
+    ) -> float:
+        return await build_library_fixture(
+            postgres_server(server).admin, library, params, seed, date
+        )
+
     def versions(self, server_version: str) -> dict[str, str]:
         import asyncpg
 
@@ -186,3 +200,7 @@ class PostgresEngine(DatabaseEngine):
 
 
 __all__ = ["PostgresAgentTools", "PostgresEngine", "ServerRequest", "agent_sql_session"]
+
+
+#: The engine this package registers (``dbaops.engines`` entry point).
+ENGINE = PostgresEngine

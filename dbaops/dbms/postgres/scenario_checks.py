@@ -18,10 +18,7 @@ def scenario_problems(
     sc: Scenario, lib: WorkloadLibrary, parts: list[tuple[str, BaseModel]]
 ) -> list[str]:
     """PostgreSQL's own checks of a scenario (see the module docstring)."""
-    problems = []
-    if sc.topology != "standalone":
-        problems.append("topology: a TiDB setting (PostgreSQL scenarios use database.replica)")
-    return [*problems, *_search_path_problems(sc, lib, parts), *_live_superuser_problems(sc, lib)]
+    return [*_search_path_problems(sc, lib, parts), *_live_superuser_problems(sc, lib)]
 
 
 def _search_path_problems(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dbaops.dbms.capabilities import EngineCapabilities
 from dbaops.dbms.dialect import EngineDialect, ServerSeries
 from dbaops.dbms.tidb.metrics import REGISTRY
 from dbaops.dbms.tidb.serverlog import log_line_stamp
@@ -44,4 +45,12 @@ DIALECT = EngineDialect(
     survey_probes=SURVEY_PROBES,
     scenario_problems=_scenario_problems,
     instance_actions=("status", "set_variable", "restart", "stop", "start"),
+    capabilities=EngineCapabilities(
+        # the rest act on PostgreSQL's configuration files or on a container's machine
+        fault_kinds=frozenset({"sql", "hold_transaction", "load", "idle_connections", "instance"}),
+        # a plan check reads PostgreSQL's EXPLAIN (FORMAT JSON)
+        check_kinds=frozenset({"sql", "workload", "server_log", "metric", "report", "ledger"}),
+        topologies=frozenset({"standalone", "cluster"}),
+        history=True,
+    ),
 )

@@ -34,6 +34,7 @@ from dbaops.dbms.interface import (
 from dbaops.dbms.tidb.agent_role import grant_tidb_dba
 from dbaops.dbms.tidb.dialect import DIALECT
 from dbaops.dbms.tidb.endpoint import CONNECTION_ERRORS, TidbEndpoint, execute, fetch_value
+from dbaops.dbms.tidb.fixture import build_fixture as build_library_fixture
 from dbaops.dbms.tidb.instance_tool import tidb_instance_tool
 from dbaops.dbms.tidb.sampler import TidbMetricSampler
 from dbaops.dbms.tidb.server import TidbError, TidbServer
@@ -54,6 +55,7 @@ from dbaops.tools.logs import ServerLogSource, log_tool
 from dbaops.tools.mailbox_tools import mailbox_tools
 from dbaops.tools.metrics_tool import metrics_tool
 from dbaops.tools.recording import ToolRecorder
+from dbaops.workloads.spec import WorkloadLibrary
 
 
 @dataclass
@@ -239,6 +241,16 @@ class TidbEngine(DatabaseEngine):
             raise
         return TidbBackend(server)
 
+    async def build_fixture(
+        self,
+        server: DatabaseServer,
+        library: WorkloadLibrary,
+        params: dict[str, int],
+        seed: int,
+        date: str,
+    ) -> float:
+        return await build_library_fixture(tidb_server(server).admin, library, params, seed, date)
+
     def release_cluster_dir(self, path: Path) -> list[str]:
         """A tidb-server still running from ``path`` (SIGTERM)."""
         import os
@@ -357,3 +369,7 @@ def build_tidb_catalog(
     if set(catalog) != set(AGENT_TOOLS):
         raise RuntimeError(f"the tool catalog {sorted(catalog)} differs from AGENT_TOOLS")
     return catalog
+
+
+#: The engine this package registers (``dbaops.engines`` entry point).
+ENGINE = TidbEngine

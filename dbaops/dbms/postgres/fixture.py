@@ -1,17 +1,17 @@
-"""Build a workload library's fixture database: roles, schema, seeded data, indexes."""
+"""A workload library's fixture database on PostgreSQL: roles, schema, seeded data, indexes
+(:meth:`dbaops.dbms.interface.DatabaseEngine.build_fixture`)."""
 
 from __future__ import annotations
 
 import time
 
+import asyncpg
+
 from dbaops.dbms.postgres.agent_role import grant_cloud_dba
 from dbaops.dbms.postgres.endpoint import Endpoint, quote_ident
 from dbaops.dbms.postgres.harness_role import ensure_harness_role
 from dbaops.dbms.postgres.passwords import give_passwords
-from dbaops.dbms.sessions import Session
-from dbaops.dbms.tidb.endpoint import TidbEndpoint
-from dbaops.dbms.tidb.endpoint import quote_ident as mysql_ident
-from dbaops.dbms.tidb.endpoint import quote_literal as mysql_literal
+from dbaops.dbms.scripts import execute_script
 from dbaops.workloads.spec import RoleSpec, WorkloadLibrary
 
 
@@ -61,7 +61,7 @@ async def build_fixture(
         await conn.execute("SET search_path = public")
         for sql in (library.schema_sql, library.data_sql, library.post_sql):
             if sql.strip():
-                await _execute_script(conn, library.render(sql, params, seed, date))
+                await execute_script(conn, library.render(sql, params, seed, date))
         await conn.execute("RESET search_path")
         if library.owner is not None:
             await _give_schema_to(conn, library.owner)
@@ -74,7 +74,7 @@ async def build_fixture(
     return time.monotonic() - t0
 
 
-async def _give_schema_to(conn: Session, owner: str) -> None:
+async def _give_schema_to(conn: asyncpg.Connection, owner: str) -> None:
     """Make ``owner`` own the public schema's tables, sequences and views (their indexes
     follow their tables) and let it create objects there. An extension's objects (the
     ``pg_stat_statements`` views) stay the superuser's: a role the agent holds could otherwise
@@ -92,54 +92,3 @@ async def _give_schema_to(conn: Session, owner: str) -> None:
     for row in rows:
         await conn.execute(f"ALTER {kinds[row['relkind']]} public.{row['name']} OWNER TO {who}")
     await conn.execute(f"GRANT USAGE, CREATE ON SCHEMA public TO {who}")
-
-
-async def _execute_script(conn: Session, sql: str) -> None:
-    """The statements of a script, one by one (split at a semicolon ending a line)."""
-    # VACUUM cannot run inside the implicit transaction of a multi-statement simple query.
-    chunks = [c for c in sql.split(";\n") if c.strip()]
-    for chunk in chunks:
-        await conn.execute(chunk)
-
-
-async def build_tidb_fixture(
-    endpoint: TidbEndpoint,
-    library: WorkloadLibrary,
-    params: dict[str, int],
-    seed: int,
-    date: str,
-) -> float:
-    """The fixture on TiDB: its roles as users (no password: they connect on loopback only
-    and the agent has no way to log in as another user; ``login: false`` users are locked),
-    the database recreated, the library's SQL (TiDB's dialect; it grants the users what they
-    need). The agent's ``dba`` user is made by the agent's tools at each run (a fresh
-    password), so it is skipped here. Returns seconds taken."""
-    t0 = time.monotonic()
-    admin = await endpoint.harness_connect()
-    try:
-        for role in library.roles:
-            if role.dba:
-                continue
-            user = f"{mysql_literal(role.name)}@'%'"
-            lock = "ACCOUNT UNLOCK" if role.login else "ACCOUNT LOCK"
-            limit = (
-                f" WITH MAX_USER_CONNECTIONS {role.connection_limit}"
-                if role.connection_limit is not None
-                else ""
-            )
-            await admin.execute(f"DROP USER IF EXISTS {user}")
-            await admin.execute(f"CREATE USER {user} IDENTIFIED BY ''{limit} {lock}")
-            if role.superuser:
-                await admin.execute(f"GRANT ALL ON *.* TO {user}")
-        await admin.execute(f"DROP DATABASE IF EXISTS {mysql_ident(library.database)}")
-        await admin.execute(f"CREATE DATABASE {mysql_ident(library.database)}")
-    finally:
-        await admin.close()
-    conn = await endpoint.harness_connect(library.database)
-    try:
-        for sql in (library.schema_sql, library.data_sql, library.post_sql):
-            if sql.strip():
-                await _execute_script(conn, library.render(sql, params, seed, date))
-    finally:
-        await conn.close()
-    return time.monotonic() - t0
