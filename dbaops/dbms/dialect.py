@@ -97,6 +97,15 @@ class UnknownDialect(ValueError):
     """A scenario or run named an engine dbaops has no dialect for."""
 
 
+def registered_engine(name: str) -> str:
+    """``name`` if an engine of that name is registered (a field validator's check)."""
+    if name not in engine_packages():
+        raise UnknownDialect(
+            f"unknown database engine {name!r} (known: {', '.join(engine_packages())})"
+        )
+    return name
+
+
 @cache
 def engine_dialect(name: str) -> EngineDialect:
     """The offline face of engine ``name`` (its driver is not imported)."""

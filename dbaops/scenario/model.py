@@ -14,6 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from dbaops.containers.resources import ServerResources
+from dbaops.dbms.dialect import registered_engine
 from dbaops.evaluation.safety import SafetyContract
 from dbaops.scenario.checks import CheckSpec, WorkloadCheck
 from dbaops.scenario.faults import FaultSpec, Server
@@ -474,13 +475,7 @@ class Scenario(StrictModel):
     @field_validator("engine")
     @classmethod
     def _a_registered_engine(cls, value: str) -> str:
-        from dbaops.dbms.dialect import engine_packages
-
-        if value not in engine_packages():
-            raise ValueError(
-                f"unknown database engine {value!r} (known: {', '.join(engine_packages())})"
-            )
-        return value
+        return registered_engine(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dbaops.dbms.dialect import registered_engine
+
 
 class StrictModel(BaseModel):
     """Base for spec models: unknown fields are errors, so typos fail at load time."""
@@ -138,13 +140,7 @@ class WorkloadLibrary(StrictModel):
     @field_validator("engine")
     @classmethod
     def _a_registered_engine(cls, value: str) -> str:
-        from dbaops.dbms.dialect import engine_packages
-
-        if value not in engine_packages():
-            raise ValueError(
-                f"unknown database engine {value!r} (known: {', '.join(engine_packages())})"
-            )
-        return value
+        return registered_engine(value)
 
     @model_validator(mode="after")
     def _bounds_name_params(self) -> WorkloadLibrary:
