@@ -916,9 +916,16 @@ def check(paths: Annotated[list[Path], typer.Argument(help="scenario files to va
 
 
 def _add_subcommands() -> None:
-    from dbaops.cli.tidb import tidb_app
+    """Each engine's own commands (``dbaops tidb build``): its package's ``cli.APP``."""
+    import importlib
+    import importlib.util
 
-    app.add_typer(tidb_app, name="tidb")
+    from dbaops.dbms.dialect import engine_packages
+
+    for name, package in engine_packages().items():
+        if importlib.util.find_spec(f"{package}.cli") is not None:
+            module = importlib.import_module(f"{package}.cli")
+            app.add_typer(module.APP, name=name)
 
 
 _add_subcommands()

@@ -135,21 +135,33 @@ class TidbSqlSession:
         return result
 
     async def _execute(self, sql: str, limit_s: float) -> ToolResult:
+        detail = call_detail()  # filled as we go: a cancelled call keeps what it did
+        detail.update(role=self.user, statements=[])
+        names = ", ".join(f"@@session.{v} AS {v}" for v in SESSION_SETTINGS)
+        probe = f"SELECT {names}, CONNECTION_ID() AS pid"
+        kept = self.conn is not None
         try:
             conn, note = await self._connection()
         except (*CONNECTION_ERRORS, pymysql.err.MySQLError) as exc:
             msg = f"cannot connect as {self.user}: {exc}"
             return ToolResult(ok=False, error=msg, observation=f"error: {msg}")
-        detail = call_detail()  # filled as we go: a cancelled call keeps what it did
-        detail.update(role=self.user, statements=[])
-        out: list[str] = [note] if note else []
         try:
-            names = ", ".join(f"@@session.{v} AS {v}" for v in SESSION_SETTINGS)
-            settings = (await fetch_all(conn, f"SELECT {names}, CONNECTION_ID() AS pid"))[0]
+            try:
+                settings = (await fetch_all(conn, probe))[0]
+            except CONNECTION_ERRORS:
+                if not kept or note is not None:
+                    raise
+                # the kept session died while idle (killed, or the server restarted): the
+                # client learns it only now; reconnect once, as the PostgreSQL tool's does
+                self._drop()
+                conn, _ = await self._connection()
+                note = "note: the previous session was closed (killed or restarted); reconnected"
+                settings = (await fetch_all(conn, probe))[0]
         except (*CONNECTION_ERRORS, pymysql.err.MySQLError) as exc:
             self._drop()
             msg = f"session lost: {exc}"
             return ToolResult(ok=False, error=msg, observation=f"error: {msg}", detail=detail)
+        out: list[str] = [note] if note else []
         detail["pid"] = int(settings.pop("pid"))
         detail["settings_before"] = {k: str(v) for k, v in settings.items()}
         backends = await self._harness_rows(_PROCESSLIST_SQL)

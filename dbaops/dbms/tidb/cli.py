@@ -1,4 +1,5 @@
-"""``dbaops tidb``: getting the ``tidb-server`` that TiDB scenarios run on."""
+"""``dbaops tidb``: getting the ``tidb-server`` that TiDB scenarios run on (an engine's
+commands: its package's ``cli.APP``, added by :mod:`dbaops.cli` under the engine's name)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from typing import Annotated
 import anyio
 import typer
 
-tidb_app = typer.Typer(no_args_is_help=True, help="The TiDB server TiDB scenarios run on.")
+APP = typer.Typer(no_args_is_help=True, help="The TiDB server TiDB scenarios run on.")
 
 
-@tidb_app.command("build")
+@APP.command("build")
 def build_cmd(
     force: Annotated[
         bool, typer.Option("--force", help="build again even when this recipe's build exists")
@@ -45,7 +46,7 @@ def build_cmd(
     )
 
 
-@tidb_app.command("where")
+@APP.command("where")
 def where_cmd() -> None:
     """Print the tidb-server dbaops would use, where it was found, and its version."""
     from dbaops.cli import _error, console
