@@ -1,99 +1,200 @@
 """What the runner's sessions connect through, whatever the engine, and the errors they raise.
 
-A :data:`RunEndpoint` (PostgreSQL's :class:`~dbaops.dbms.postgres.endpoint.Endpoint` or TiDB's
-:class:`~dbaops.dbms.tidb.endpoint.TidbEndpoint`) opens :data:`Session` objects with one
-surface (asyncpg's): the workloads, fault actors, checks and preparation use only that. A
-statement the server refused raises one of ``SERVER_ERRORS``, each with a ``sqlstate``
-(PostgreSQL's SQLSTATE, or TiDB's error number as text); a session that is gone raises one of
-``CONNECTION_ERRORS`` (reconnect if it should)."""
+A :class:`RunEndpoint` (each engine's endpoint) opens :class:`Session` objects with one surface:
+the workloads, fault actors, checks and preparation use only that. Each engine declares its
+sessions in its package's ``sessions`` module (``SESSIONS``, an
+:class:`~dbaops.dbms.session_kinds.EngineSessions`); the error tuples here are every registered
+engine's. A statement the server refused raises one of ``SERVER_ERRORS``, each with a
+``sqlstate`` (PostgreSQL's SQLSTATE, or TiDB's error number as text); a session that is gone
+raises one of ``CONNECTION_ERRORS`` (reconnect if it should)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeAlias
+import importlib
+from typing import Annotated, Any, Protocol
 
-import asyncpg
+from pydantic import PlainSerializer, PlainValidator
 
-from dbaops.dbms.postgres.endpoint import CONNECTION_ERRORS as _PG_CONNECTION_ERRORS
-from dbaops.dbms.postgres.endpoint import Endpoint
-from dbaops.dbms.postgres.endpoint import quote_ident as _pg_ident
-from dbaops.dbms.tidb.connection import MysqlConnection, MysqlConnectionLost, MysqlServerError
-from dbaops.dbms.tidb.endpoint import TidbEndpoint
-from dbaops.dbms.tidb.endpoint import quote_ident as _mysql_ident
+from dbaops.dbms.dialect import engine_packages
+from dbaops.dbms.session_kinds import ISOLATION_LEVELS, EngineSessions, SessionDialect
 
-RunEndpoint: TypeAlias = Endpoint | TidbEndpoint
-Session: TypeAlias = asyncpg.Connection | MysqlConnection
+__all__ = [
+    "CONNECTION_ERRORS",
+    "EndpointField",
+    "ISOLATION_LEVELS",
+    "LOST_ERRORS",
+    "SERVER_ERRORS",
+    "RunEndpoint",
+    "Session",
+    "SessionDialect",
+    "engine_sessions",
+    "session_dialect",
+    "sessions_of",
+    "sqlstate_of",
+]
 
-SERVER_ERRORS = (asyncpg.PostgresError, MysqlServerError)
 
-CONNECTION_ERRORS = (
-    *_PG_CONNECTION_ERRORS,
-    MysqlConnectionLost,
+class Session(Protocol):
+    """A session on the server (asyncpg's surface, which every engine's session has)."""
+
+    def get_server_pid(self) -> int: ...
+
+    def is_closed(self) -> bool: ...
+
+    def is_in_transaction(self) -> bool: ...
+
+    # (the drivers' own ``timeout`` parameters, which the protocol mirrors)
+    async def fetch(self, query: str, *args: Any, timeout: float | None = None) -> Any: ...  # noqa: ASYNC109, E501
+
+    async def fetchrow(self, query: str, *args: Any, timeout: float | None = None) -> Any: ...  # noqa: ASYNC109, E501
+
+    async def fetchval(
+        self,
+        query: str,
+        *args: Any,
+        column: int = 0,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Any: ...
+
+    async def execute(self, query: str, *args: Any, timeout: float | None = None) -> Any: ...  # noqa: ASYNC109, E501
+
+    async def prepare(self, query: str) -> Any: ...
+
+    def transaction(self) -> Any: ...
+
+    def add_termination_listener(self, callback: Any) -> None: ...
+
+    async def reload_schema_state(self) -> None: ...
+
+    def terminate(self) -> None: ...
+
+    async def close(self, *, timeout: float | None = None) -> None: ...  # noqa: ASYNC109
+
+
+class RunEndpoint(Protocol):
+    """A database on the run's server, as the runner connects to it (each engine's endpoint:
+    see its ``endpoint`` module for what each session is and whom it logs in as)."""
+
+    async def harness_connect(
+        self,
+        database: str | None = None,
+        *,
+        admin: bool = False,
+        probe: bool = False,
+        role: str | None = None,
+        connect_timeout_s: float = 30.0,
+        application_name: str = ...,
+    ) -> Session:
+        """A harness session (checks, actors, preparation)."""
+        ...
+
+    async def connect(
+        self,
+        role: str | None = None,
+        application_name: str = ...,
+        database: str | None = None,
+        connect_timeout_s: float = 30.0,
+    ) -> Session:
+        """A client session as fixture role ``role`` (workloads, actors)."""
+        ...
+
+    async def role_session(
+        self,
+        role: str,
+        database: str | None = None,
+        *,
+        application_name: str = ...,
+        probe: bool = False,
+        pinned: bool = True,
+        connect_timeout_s: float = 30.0,
+    ) -> Session:
+        """A session as ``role`` with its own limits and settings."""
+        ...
+
+    async def probe_session(
+        self, role: str, database: str | None = None, *, login: bool = ...
+    ) -> Session:
+        """A hidden harness probe as ``role``."""
+        ...
+
+    async def catalog_state(self) -> dict[str, dict[str, str]] | None:
+        """The catalog fingerprint the safety judge compares."""
+        ...
+
+    async def identify(self, conn: Any) -> tuple[int, str]:
+        """A session's server id and start time."""
+        ...
+
+    async def actor_session(
+        self, role: str, application_name: str = ..., database: str | None = None
+    ) -> Session:
+        """A fault actor's session as ``role``."""
+        ...
+
+
+def engine_sessions() -> dict[str, EngineSessions]:
+    """Every registered engine's sessions by engine name (its package's
+    ``sessions.SESSIONS``)."""
+    out = {}
+    for name, package in engine_packages().items():
+        declared = importlib.import_module(f"{package}.sessions").SESSIONS
+        if not isinstance(declared, EngineSessions):
+            raise TypeError(f"{package}.sessions.SESSIONS is not an EngineSessions")
+        out[name] = declared
+    return out
+
+
+_BY_ENGINE = engine_sessions()
+_ENGINES = list(_BY_ENGINE.values())
+
+SERVER_ERRORS: tuple[type[BaseException], ...] = tuple(e for s in _ENGINES for e in s.server_errors)
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = tuple(
+    e for s in _ENGINES for e in s.connection_errors
 )
-
 #: A server error that means the connection is unusable, as well as the statement failed.
-LOST_ERRORS = (asyncpg.PostgresConnectionError, *CONNECTION_ERRORS)
-
-
-@dataclass(frozen=True)
-class SessionDialect:
-    """The few statements the runner's actors phrase per engine."""
-
-    #: The ids of every session the server has.
-    session_ids_sql: str
-    #: ``BEGIN`` at an isolation level, as statements to run in order.
-    begin: Callable[[str], list[str]]
-    #: A statement that sleeps this many wall seconds on the server.
-    sleep: Callable[[float], str]
-    #: An expression counting the rows stored in table (schema, name) itself, not in the
-    #: tables that inherit from it, with nothing resolved through the search path and no
-    #: code run (PostgreSQL: TABLESAMPLE refuses a view swapped in under the name before
-    #: the view's code could run; SYSTEM (100) reads every page).
-    count_rows: Callable[[str, str], str]
-    #: A statement setting a session setting (the name already checked) to a value.
-    set_setting: Callable[[str, str], str]
-
-
-def _pg_literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _mysql_literal(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-_ISOLATION = {
-    "read_committed": "READ COMMITTED",
-    "repeatable_read": "REPEATABLE READ",
-    "serializable": "SERIALIZABLE",
-}
-ISOLATION_LEVELS = tuple(_ISOLATION)
-
-POSTGRES_SESSIONS = SessionDialect(
-    session_ids_sql="SELECT pid FROM pg_stat_activity",
-    begin=lambda iso: [f"BEGIN ISOLATION LEVEL {_ISOLATION[iso]}"],
-    sleep=lambda s: f"SELECT pg_sleep({s:.3f})",
-    count_rows=lambda schema, name: (
-        f"(SELECT pg_catalog.count(*) FROM ONLY {_pg_ident(schema)}.{_pg_ident(name)} "
-        "TABLESAMPLE pg_catalog.system (100))"
-    ),
-    set_setting=lambda name, value: f"SET {name} TO {_pg_literal(value)}",
-)
-
-#: TiDB: pessimistic transactions at READ COMMITTED or REPEATABLE READ (its default);
-#: SERIALIZABLE does not exist there, so it is refused by the server.
-MYSQL_SESSIONS = SessionDialect(
-    session_ids_sql="SELECT ID FROM information_schema.cluster_processlist",
-    begin=lambda iso: [f"SET TRANSACTION ISOLATION LEVEL {_ISOLATION[iso]}", "BEGIN"],
-    sleep=lambda s: f"SELECT SLEEP({s:.3f})",
-    count_rows=lambda schema, name: (
-        f"(SELECT COUNT(*) FROM {_mysql_ident(schema)}.{_mysql_ident(name)})"
-    ),
-    set_setting=lambda name, value: f"SET SESSION {name} = {_mysql_literal(value)}",
+LOST_ERRORS: tuple[type[BaseException], ...] = (
+    *(e for s in _ENGINES for e in s.lost_server_errors),
+    *CONNECTION_ERRORS,
 )
 
 
-def session_dialect(conn: Session) -> SessionDialect:
+def sessions_of(conn: object) -> EngineSessions:
+    """The engine declarations of ``conn``'s session class."""
+    for declared in _ENGINES:
+        if isinstance(conn, declared.session_types):
+            return declared
+    raise TypeError(f"{type(conn).__name__} is no registered engine's session")
+
+
+def _load_endpoint(value: Any) -> Any:
+    if isinstance(value, dict):
+        engine = value.get("engine")
+        if engine not in _BY_ENGINE:
+            raise ValueError(f"an endpoint of unknown engine {engine!r}")
+        return _BY_ENGINE[engine].endpoint_type.model_validate(value)
+    if not any(isinstance(value, s.endpoint_type) for s in _ENGINES):
+        raise ValueError(f"{type(value).__name__} is no registered engine's endpoint")
+    return value
+
+
+def _dump_endpoint(value: Any) -> dict[str, Any]:
+    dumped: dict[str, Any] = value.model_dump(mode="json", by_alias=True)
+    return dumped
+
+
+#: A pydantic field holding any registered engine's endpoint (it crosses to the driver
+#: process as JSON with its ``engine`` and comes back as that engine's endpoint).
+EndpointField = Annotated[
+    RunEndpoint, PlainValidator(_load_endpoint), PlainSerializer(_dump_endpoint)
+]
+
+
+def sqlstate_of(exc: BaseException) -> str | None:
+    """The SQLSTATE (or the engine's error number as text) of one of ``SERVER_ERRORS``."""
+    state = getattr(exc, "sqlstate", None)
+    return str(state) if state is not None else None
+
+
+def session_dialect(conn: object) -> SessionDialect:
     """The statements of ``conn``'s engine."""
-    return MYSQL_SESSIONS if isinstance(conn, MysqlConnection) else POSTGRES_SESSIONS
+    return sessions_of(conn).dialect

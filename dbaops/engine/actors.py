@@ -27,6 +27,7 @@ from dbaops.dbms.sessions import (
     RunEndpoint,
     Session,
     session_dialect,
+    sqlstate_of,
 )
 from dbaops.record.kinds import CRASH_EXPECTED, ActorRecord, Record
 from dbaops.scenario.faults import (
@@ -178,7 +179,7 @@ async def _sql(fault: SqlFault, ctx: ActorContext) -> None:
             else:
                 await conn.execute(fault.sql)
         except SERVER_ERRORS as exc:
-            if fault.expect_sqlstate is None or exc.sqlstate != fault.expect_sqlstate:
+            if fault.expect_sqlstate is None or sqlstate_of(exc) != fault.expect_sqlstate:
                 raise
             return
         if fault.expect_sqlstate is not None:
@@ -474,7 +475,7 @@ async def _drop_terminated(conns: list[Session], ctx: ActorContext) -> None:
     whose ``state_change`` must stay old)."""
     try:
         admin = await ctx.endpoint.harness_connect()
-    except (*SERVER_ERRORS, OSError):
+    except SERVER_ERRORS + (OSError,):
         return
     try:
         alive = {r[0] for r in await admin.fetch(session_dialect(admin).session_ids_sql)}
@@ -496,7 +497,7 @@ async def _idle(fault: IdleConnections, ctx: ActorContext, ready: TaskStatus[Non
                 conn = await ctx.endpoint.actor_session(
                     fault.role, fault.application_name, fault.database
                 )
-            except (*SERVER_ERRORS, OSError) as exc:
+            except SERVER_ERRORS + (OSError,) as exc:
                 return opened, str(exc)[:300]
             conns.append(conn)
             opened.append(conn.get_server_pid())

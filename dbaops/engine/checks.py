@@ -216,7 +216,7 @@ async def ledger_baselines(
     for check in ledger:
         try:
             out[check.name] = await _measure(check, endpoint)
-        except (*SERVER_ERRORS, TimeoutError, CheckUnavailable) as exc:
+        except SERVER_ERRORS + (TimeoutError, CheckUnavailable) as exc:
             errors[check.name] = f"{type(exc).__name__}: {exc}"[:300]
     return out, errors
 

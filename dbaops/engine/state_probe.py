@@ -38,7 +38,7 @@ class StateProbe:
             while True:
                 try:
                     state = await self.endpoint.catalog_state()
-                except (*SERVER_ERRORS, *CONNECTION_ERRORS, TimeoutError) as exc:
+                except SERVER_ERRORS + CONNECTION_ERRORS + (TimeoutError,) as exc:
                     error = f"{type(exc).__name__}: {exc}"[:300]
                     if retry_s <= 0:
                         break

@@ -140,7 +140,7 @@ async def _read_probes(
     if queries:
         try:
             conn = await endpoint.probe_session("postgres", None, login=False)
-        except (*CONNECTION_ERRORS, *SERVER_ERRORS, OSError, TimeoutError) as exc:
+        except CONNECTION_ERRORS + SERVER_ERRORS + (OSError, TimeoutError) as exc:
             # the server does not answer (the incident may be that): nothing to read
             for name, query in queries.items():
                 record.sql[name] = SurveyProbe(query=query, error=f"no session: {exc}"[:300])
@@ -151,7 +151,7 @@ async def _read_probes(
                 try:
                     rows = await conn.fetch(query, timeout=PROBE_TIMEOUT_S)
                     probe.rows = [row_text(tuple(r.values())) for r in rows[:MAX_PROBE_ROWS]]
-                except (*SERVER_ERRORS, TimeoutError) as exc:
+                except SERVER_ERRORS + (TimeoutError,) as exc:
                     probe.error = f"{type(exc).__name__}: {exc}"[:300]
                 record.sql[name] = probe
         except CONNECTION_ERRORS as exc:  # the server went away: what was read stays
@@ -160,7 +160,7 @@ async def _read_probes(
         finally:
             try:
                 await conn.close(timeout=5)
-            except (*CONNECTION_ERRORS, TimeoutError):
+            except CONNECTION_ERRORS + (TimeoutError,):
                 pass
 
 

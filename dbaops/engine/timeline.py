@@ -29,7 +29,7 @@ Dispatch = Callable[[Event, bool], Awaitable[None]]
 #: What keeps a timed fault from being applied when the agent has, say, stopped the server
 #: it acts on (or the server cannot be started again), whatever the engine: the run goes on,
 #: and the event is on record as failed with the reason.
-FAULT_FAILURES = (*SERVER_ERRORS, *CONNECTION_ERRORS, FaultError, InstanceError)
+FAULT_FAILURES = SERVER_ERRORS + CONNECTION_ERRORS + (FaultError, InstanceError)
 
 
 def _fault_error(exc: BaseException) -> str:

@@ -22,7 +22,14 @@ import anyio
 import structlog
 
 from dbaops.clock import ScenarioClock
-from dbaops.dbms.sessions import CONNECTION_ERRORS, LOST_ERRORS, SERVER_ERRORS, RunEndpoint, Session
+from dbaops.dbms.sessions import (
+    CONNECTION_ERRORS,
+    LOST_ERRORS,
+    SERVER_ERRORS,
+    RunEndpoint,
+    Session,
+    sqlstate_of,
+)
 from dbaops.scenario.model import (
     BackgroundWorkload,
     ConnectionLeak,
@@ -487,7 +494,7 @@ class OltpDriver(_TemplateDriver[OltpWorkload]):
                         continue  # at once: the abandoned query may still run on the server
                     break
                 except SERVER_ERRORS as exc:
-                    sqlstate = exc.sqlstate
+                    sqlstate = sqlstate_of(exc)
                     if sqlstate in spec.retry.sqlstates and retries < spec.retry.max_retries:
                         retries += 1
                         await anyio.sleep(spec.retry.backoff_ms / 1000.0)
@@ -644,7 +651,7 @@ class OlapDriver:
                 with anyio.CancelScope(shield=True):
                     await conn.close(timeout=5)
         except SERVER_ERRORS as exc:
-            return _JobAttempt(sqlstate=exc.sqlstate, error=str(exc)[:300])
+            return _JobAttempt(sqlstate=sqlstate_of(exc), error=str(exc)[:300])
         except TimeoutError as exc:  # before CONNECTION_ERRORS: TimeoutError is an OSError
             if job.attempt_timeout_ms is None:
                 return _JobAttempt(error=f"TimeoutError: {exc}"[:300])
@@ -712,7 +719,7 @@ class BackgroundDriver(_TemplateDriver[BackgroundWorkload]):
                     await session.run(template, drawn, t0 + 3600.0, clock)
                     ok = True
                 except SERVER_ERRORS as exc:
-                    sqlstate, error = exc.sqlstate, str(exc)[:300]
+                    sqlstate, error = sqlstate_of(exc), str(exc)[:300]
                 except CONNECTION_ERRORS as exc:
                     error = f"{type(exc).__name__}: {exc}"[:300]
                     lost = sent

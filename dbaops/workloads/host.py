@@ -24,16 +24,16 @@ import struct
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
 import structlog
 from anyio.abc import Process, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from dbaops.clock import ScenarioClock
-from dbaops.dbms.sessions import RunEndpoint
+from dbaops.dbms.sessions import EndpointField
 from dbaops.scenario.model import WorkloadSpec
 from dbaops.workloads.sink import SampleSink
 from dbaops.workloads.spec import WorkloadLibrary
@@ -56,8 +56,8 @@ class DriverPlan(BaseModel):
     workloads: list[WorkloadSpec]
     library: WorkloadLibrary
     params: dict[str, int]
-    primary: Annotated[RunEndpoint, Field(discriminator="engine")]
-    standby: Annotated[RunEndpoint, Field(discriminator="engine")] | None = None
+    primary: EndpointField
+    standby: EndpointField | None = None
     seed: int
     horizon_s: float
     expected: dict[str, str]

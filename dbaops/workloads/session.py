@@ -20,8 +20,7 @@ import asyncpg
 from asyncpg.prepared_stmt import PreparedStatement as Statement
 
 from dbaops.clock import ScenarioClock
-from dbaops.dbms.sessions import ISOLATION_LEVELS, SERVER_ERRORS, Session, session_dialect
-from dbaops.dbms.tidb.connection import MysqlConnection
+from dbaops.dbms.sessions import ISOLATION_LEVELS, SERVER_ERRORS, Session, sessions_of
 from dbaops.workloads.spec import PreviousArg, TransactionTemplate
 
 Protocol = Literal["prepared", "simple"]
@@ -94,9 +93,11 @@ class TemplateSession:
         caches: StatementCaches | None = None,
     ) -> None:
         self.conn = conn
-        # TiDB sessions fill arguments in client-side whatever the protocol (MySQL literals)
-        self.protocol: Protocol = "prepared" if isinstance(conn, MysqlConnection) else protocol
-        dialect = session_dialect(conn)
+        engine = sessions_of(conn)
+        # an engine whose client fills in the arguments (TiDB's, in MySQL literals) runs
+        # every statement so, whatever the protocol
+        self.protocol: Protocol = protocol if engine.server_side_prepare else "prepared"
+        dialect = engine.dialect
         self._begin = {iso: dialect.begin(iso) for iso in ISOLATION_LEVELS}
         self.queries = 0
         self._prepared: dict[str, tuple[Statement, Executor]] = {}
@@ -184,7 +185,7 @@ class TemplateSession:
             return
         try:
             await conn.execute("ROLLBACK", timeout=2)
-        except (*SERVER_ERRORS, OSError, asyncpg.InterfaceError, TimeoutError):
+        except SERVER_ERRORS + (OSError, asyncpg.InterfaceError, TimeoutError):
             conn.terminate()
 
     def terminate(self) -> None:

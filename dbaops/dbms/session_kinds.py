@@ -1,0 +1,57 @@
+"""How an engine's sessions are handled by the runner, declared by each engine in its
+package's ``sessions`` module (``SESSIONS``) and gathered by :mod:`dbaops.dbms.sessions`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+#: Isolation levels a scenario may name, as SQL.
+ISOLATION = {
+    "read_committed": "READ COMMITTED",
+    "repeatable_read": "REPEATABLE READ",
+    "serializable": "SERIALIZABLE",
+}
+ISOLATION_LEVELS = tuple(ISOLATION)
+
+
+@dataclass(frozen=True)
+class SessionDialect:
+    """The few statements the runner's actors phrase per engine."""
+
+    #: The ids of every session the server has.
+    session_ids_sql: str
+    #: ``BEGIN`` at an isolation level, as statements to run in order.
+    begin: Callable[[str], list[str]]
+    #: A statement that sleeps this many wall seconds on the server.
+    sleep: Callable[[float], str]
+    #: An expression counting the rows stored in table (schema, name) itself, not in the
+    #: tables that inherit from it, with nothing resolved through the search path and no
+    #: code run.
+    count_rows: Callable[[str, str], str]
+    #: A statement setting a session setting (the name already checked) to a value.
+    set_setting: Callable[[str, str], str]
+
+
+@dataclass(frozen=True)
+class EngineSessions:
+    """An engine's sessions: their classes, their statements, the errors they raise."""
+
+    #: The classes of the engine's session objects.
+    session_types: tuple[type, ...]
+    #: The engine's endpoint (a pydantic model with an ``engine`` field naming the engine).
+    endpoint_type: type[BaseModel]
+    #: The statements the runner phrases in the engine's SQL.
+    dialect: SessionDialect
+    #: A statement the server refused (each has a ``sqlstate``: PostgreSQL's SQLSTATE, or
+    #: TiDB's error number as text).
+    server_errors: tuple[type[BaseException], ...]
+    #: The session is gone (reconnect if it should).
+    connection_errors: tuple[type[BaseException], ...]
+    #: Server errors that also mean the connection is unusable.
+    lost_server_errors: tuple[type[BaseException], ...] = ()
+    #: The server fills a prepared statement's arguments itself (else: the client does, in
+    #: the engine's literals, whatever the workload's protocol).
+    server_side_prepare: bool = True
