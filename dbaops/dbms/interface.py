@@ -32,9 +32,11 @@ from dbaops.containers.resources import ServerResources
 from dbaops.record.tables import ParquetParts
 
 if TYPE_CHECKING:
+    from dbaops.containers.machine import ServerMachine
+    from dbaops.dbms.sessions import RunEndpoint
     from dbaops.mailbox import Mailbox
     from dbaops.record.kinds import KnowledgeCorpus
-    from dbaops.scenario.model import Scenario
+    from dbaops.scenario.model import ReplicaSpec, Scenario
     from dbaops.tools.base import Tool
     from dbaops.tools.recording import ToolRecorder
     from dbaops.workloads.spec import WorkloadLibrary
@@ -91,6 +93,53 @@ class SnapshotStore(Protocol):
         ...
 
 
+class InstanceController(Protocol):
+    """Server process control; only an embedded server has one."""
+
+    async def start(self) -> None: ...
+    async def stop(self, mode: str = "fast") -> None: ...
+    async def restart(self) -> None: ...
+    async def is_running(self) -> bool: ...
+    async def machine_summary(self) -> str | None: ...
+
+
+class ServerHost(Protocol):
+    """The server's machine, for OS-level faults (harness only; never given to an agent)."""
+
+    def edit_config(
+        self, file: str, prepend: list[str], append: list[str], comment_out: str | None
+    ) -> None: ...
+    def signal(self, pid: int, signal_name: str) -> None: ...
+    def limit_file_size(self, limit_bytes: int | None) -> None: ...
+    async def create_volume(self, name: str, size_mb: int) -> str: ...
+    @property
+    def machine(self) -> ServerMachine | None: ...
+
+
+class ServerInstance(InstanceController, Protocol):
+    """An embedded server as the harness controls it: its directory and OS user, a fresh
+    cluster before a snapshot is built, and the process control of faults and the
+    instance tool."""
+
+    @property
+    def root(self) -> Path:
+        """The server's directory."""
+        ...
+
+    @property
+    def os_user(self) -> str | None:
+        """The OS user the server runs as (None: the harness's own)."""
+        ...
+
+    async def reinitialize(self) -> None:
+        """An empty cluster, as initdb (or the engine's first start) leaves it."""
+        ...
+
+    def resume_stopped(self) -> None:
+        """Resume a server a fault left stopped (SIGSTOP), so it can be shut down."""
+        ...
+
+
 class DatabaseServer(Protocol):
     """A running server of one run: embedded (with instance control and snapshots) or
     external (a user's server: neither)."""
@@ -106,8 +155,37 @@ class DatabaseServer(Protocol):
 
     async def server_version(self) -> str: ...
 
-    def for_database(self, database: str) -> Any:
+    @property
+    def admin(self) -> RunEndpoint:
+        """The harness's endpoint on the server (its maintenance database)."""
+        ...
+
+    def for_database(self, database: str) -> RunEndpoint:
         """The connection endpoint of ``database`` on this server."""
+        ...
+
+    def standby_for(self, database: str) -> RunEndpoint | None:
+        """The endpoint of ``database`` on the standby (None: the server has none)."""
+        ...
+
+    @property
+    def cluster(self) -> ServerInstance | None:
+        """The embedded server's control (None: a user's server)."""
+        ...
+
+    @property
+    def host(self) -> ServerHost | None:
+        """The server's machine for OS-level faults (None: not reachable, or not yet)."""
+        ...
+
+    @property
+    def standby_instance(self) -> InstanceController | None:
+        """The standby's process control (None: no standby, or not embedded)."""
+        ...
+
+    @property
+    def standby_host(self) -> ServerHost | None:
+        """The standby's machine for OS-level faults (None: no standby)."""
         ...
 
     @property
@@ -198,6 +276,30 @@ class DatabaseEngine(ABC):
         """(Re)create ``library``'s fixture database on ``server`` from scratch: its roles,
         schema, seeded data and indexes, the SQL rendered with ``params``, ``seed`` and the
         scenario's ``date``; returns seconds taken."""
+
+    @abstractmethod
+    async def apply_server_settings(self, server: DatabaseServer, settings: dict[str, str]) -> None:
+        """Scenario server settings (``database.settings``) on an embedded ``server``, kept in
+        the snapshot (a restart where the engine needs one)."""
+
+    async def statement_marks(self, endpoint: RunEndpoint) -> object | None:
+        """What the server's statement statistics hold before construction, for
+        :meth:`forget_statements` (None: the engine's statistics need no such care)."""
+        return None
+
+    async def forget_statements(self, endpoint: RunEndpoint, marks: object) -> None:
+        """Take what ran since ``marks`` out of the statistics the snapshot keeps (the
+        construction's statements are scenario internals)."""
+        del endpoint, marks  # nothing to forget by default
+
+    async def make_standby(self, server: DatabaseServer, replica: ReplicaSpec) -> None:
+        """The replica profile's standby of ``server`` (engines whose capabilities declare a
+        replica implement it)."""
+        raise NotImplementedError(f"{self.name} has no standby")
+
+    async def await_standby(self, server: DatabaseServer, replica: ReplicaSpec) -> None:
+        """Wait until the standby streams and has replayed what the primary wrote."""
+        raise NotImplementedError(f"{self.name} has no standby")
 
     @abstractmethod
     def metric_sampler(

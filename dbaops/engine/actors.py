@@ -17,6 +17,7 @@ from anyio.abc import TaskStatus
 
 from dbaops.clock import ScenarioClock
 from dbaops.containers.machine import ServerMachine
+from dbaops.dbms.interface import InstanceController, ServerHost
 from dbaops.dbms.postgres.endpoint import (
     HARNESS_APPLICATION,
     quote_ident,
@@ -49,29 +50,6 @@ from dbaops.scenario.faults import (
 )
 
 log = structlog.get_logger(__name__)
-
-
-class InstanceController(Protocol):
-    """Server process control; only the embedded backend has one."""
-
-    async def start(self) -> None: ...
-    async def stop(self, mode: str = "fast") -> None: ...
-    async def restart(self) -> None: ...
-    async def is_running(self) -> bool: ...
-    async def machine_summary(self) -> str | None: ...
-
-
-class ServerHost(Protocol):
-    """The server's machine, for OS-level faults (harness only; never given to an agent)."""
-
-    def edit_config(
-        self, file: str, prepend: list[str], append: list[str], comment_out: str | None
-    ) -> None: ...
-    def signal(self, pid: int, signal_name: str) -> None: ...
-    def limit_file_size(self, limit_bytes: int | None) -> None: ...
-    async def create_volume(self, name: str, size_mb: int) -> str: ...
-    @property
-    def machine(self) -> ServerMachine | None: ...
 
 
 class RecordSink(Protocol):

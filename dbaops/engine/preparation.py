@@ -8,7 +8,6 @@ result hashes with the snapshot.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import time
 from typing import Any
@@ -16,18 +15,9 @@ from typing import Any
 import anyio
 
 from dbaops.clock import ScenarioClock
-from dbaops.dbms.interface import SnapshotStore
-from dbaops.dbms.postgres.endpoint import Endpoint
-from dbaops.dbms.postgres.server import PostgresBackend
-from dbaops.dbms.postgres.statements import (
-    StatementKey,
-    forget_statements_since,
-    statement_counts,
-)
+from dbaops.dbms.interface import DatabaseEngine, DatabaseServer, SnapshotStore
 from dbaops.dbms.registry import get_engine
 from dbaops.dbms.sessions import RunEndpoint
-from dbaops.dbms.tidb.endpoint import quote_literal
-from dbaops.dbms.tidb.engine import TidbBackend
 from dbaops.engine.actors import ActorContext, run_fault
 from dbaops.engine.checks import evaluate_check
 from dbaops.engine.history import record_history
@@ -41,7 +31,7 @@ from dbaops.workloads.drivers import result_hash
 from dbaops.workloads.spec import WorkloadLibrary
 
 #: The opened server of a run, whichever engine.
-RunBackend = PostgresBackend | TidbBackend
+RunBackend = DatabaseServer
 
 
 class NotManifested(RuntimeError):
@@ -97,6 +87,7 @@ async def _build_state(
 ) -> dict[str, Any]:
     """Build the dirty state from initdb and (embedded: under the group's exclusive lock)
     capture it as snapshot ``key``, then restore it so every run starts from the copy."""
+    engine = get_engine(sc.engine)
     cluster = backend.cluster
     endpoint = backend.for_database(lib.database)
     t0 = time.monotonic()
@@ -104,16 +95,16 @@ async def _build_state(
         await cluster.reinitialize()
         trace.write(PhaseRecord(phase="initdb", duration_s=time.monotonic() - t0))
     if sc.database.settings:
-        await _apply_server_settings(sc.database.settings, backend, trace)
+        await _apply_server_settings(engine, sc.database.settings, backend, trace)
     params = {**lib.params, **sc.database.params}
     day = sc.database.date.isoformat()
-    build_s = await get_engine(sc.engine).build_fixture(backend, lib, params, sc.database.seed, day)
+    build_s = await engine.build_fixture(backend, lib, params, sc.database.seed, day)
     trace.write(PhaseRecord(phase="build_fixture", duration_s=build_s, detail={"params": params}))
     history_summary: dict[str, Any] | None = None
     if history is not None and cluster is not None:  # (no history without the embedded server)
         t1 = time.monotonic()
         history_summary = await record_history(
-            sc, lib, get_engine(sc.engine), backend, history, cluster.root / "history-staging"
+            sc, lib, engine, backend, history, cluster.root / "history-staging"
         )
         trace.write(
             PhaseRecord(phase="history", duration_s=time.monotonic() - t1, detail=history_summary)
@@ -126,7 +117,7 @@ async def _build_state(
         host=backend.host,
         label="prep",
     )
-    before = await _statement_marks(endpoint)
+    before = await engine.statement_marks(endpoint)
     # A held transaction stays in place for the steps after it and ends, its session gone,
     # when construction ends (the incident's bystander, not part of the state); every other
     # step runs to its end, a load until its sessions stop (pg-sf-12 fills a volume so).
@@ -147,7 +138,8 @@ async def _build_state(
                 )
             )
         bystanders.cancel_scope.cancel()
-    await _forget_construction(endpoint, before)
+    if before is not None:
+        await engine.forget_statements(endpoint, before)
     failed = []
     for check in sc.preparation.preconditions:
         rec = await evaluate_check(check, "precondition", endpoint, clock, None)
@@ -157,8 +149,7 @@ async def _build_state(
     if failed:
         raise NotManifested(f"preconditions failed after preparation: {', '.join(failed)}")
     if sc.database.replica is not None:
-        assert isinstance(backend, PostgresBackend)  # the scenario model allows no TiDB replica
-        await _make_standby(sc.database.replica, backend, trace)
+        await _make_standby(engine, sc.database.replica, backend, trace)
     expected = await _expected_results(sc, lib, endpoint)
     meta = {
         "key": key,
@@ -183,50 +174,13 @@ async def _build_state(
     return meta
 
 
-async def _statement_marks(endpoint: RunEndpoint) -> dict[StatementKey, int] | None:
-    """PostgreSQL's statement statistics before construction (None on TiDB, whose summary is
-    cleared when the agent starts)."""
-    if not isinstance(endpoint, Endpoint):
-        return None
-    conn = await endpoint.harness_connect(admin=True)
-    try:
-        return await statement_counts(conn)
-    finally:
-        await conn.close()
-
-
-async def _forget_construction(
-    endpoint: RunEndpoint, before: dict[StatementKey, int] | None
+async def _make_standby(
+    engine: DatabaseEngine, replica: ReplicaSpec, backend: RunBackend, trace: RecordSink
 ) -> None:
-    """Take construction's statements out of the statistics the snapshot keeps."""
-    if before is None or not isinstance(endpoint, Endpoint):
-        return
-    conn = await endpoint.harness_connect(admin=True)
-    try:
-        await forget_statements_since(conn, before)
-    finally:
-        await conn.close()
-
-
-async def _make_standby(replica: ReplicaSpec, backend: PostgresBackend, trace: RecordSink) -> None:
     """The replica profile's standby, made once the primary is prepared (it goes into the
     snapshot with it)."""
-    if backend.cluster is None:
-        raise ValueError("database.replica: a standby needs the embedded backend (not --dsn)")
     t0 = time.monotonic()
-    await backend.cluster.create_standby(replica.application_name, replica.settings, replica.slot)
-    if replica.synchronous:
-        conn = await backend.admin.harness_connect(admin=True)
-        try:
-            sql = await conn.fetchval(
-                "SELECT format('ALTER SYSTEM SET synchronous_standby_names = %L', $1::text)",
-                replica.application_name,
-            )
-            await conn.execute(sql)
-            await conn.execute("SELECT pg_reload_conf()")
-        finally:
-            await conn.close()
-    await await_standby(backend, replica)
+    await engine.make_standby(backend, replica)
     trace.write(
         PhaseRecord(
             phase="standby",
@@ -236,35 +190,11 @@ async def _make_standby(replica: ReplicaSpec, backend: PostgresBackend, trace: R
     )
 
 
-async def await_standby(
-    backend: PostgresBackend, replica: ReplicaSpec, timeout_s: float = 120.0
-) -> None:
-    """Wait until the standby streams from the primary and has replayed what it has written."""
-    conn = await backend.admin.harness_connect(admin=True)
-    try:
-        with anyio.fail_after(timeout_s):
-            while True:
-                caught_up = await conn.fetchval(
-                    "SELECT EXISTS (SELECT 1 FROM pg_stat_replication WHERE application_name = $1"
-                    " AND state = 'streaming' AND replay_lsn >= pg_current_wal_lsn())",
-                    replica.application_name,
-                )
-                if caught_up:
-                    break
-                await anyio.sleep(0.2)  # a condition on the server: polled, like a probe
-    except TimeoutError:
-        raise ValueError(
-            f"the standby {replica.application_name!r} did not catch up in {timeout_s:.0f} s"
-        ) from None
-    finally:
-        await conn.close()
-
-
 async def _apply_server_settings(
-    settings: dict[str, str], backend: RunBackend, trace: RecordSink
+    engine: DatabaseEngine, settings: dict[str, str], backend: RunBackend, trace: RecordSink
 ) -> None:
-    """Scenario server settings, captured in the snapshot: PostgreSQL's via ALTER SYSTEM and a
-    restart, TiDB's global variables via SET GLOBAL (TiDB persists them in its store)."""
+    """Scenario server settings, captured in the snapshot (the engine's way: PostgreSQL's
+    ALTER SYSTEM and a restart, TiDB's SET GLOBAL); a user's server is left as it is."""
     if backend.cluster is None:
         trace.write(
             PhaseRecord(
@@ -277,29 +207,10 @@ async def _apply_server_settings(
             )
         )
         return
-    conn = await backend.admin.harness_connect(admin=True)
-    tidb = isinstance(backend, TidbBackend)
-    try:
-        for name, value in settings.items():
-            if tidb:
-                await conn.execute(f"SET GLOBAL {name} = {_tidb_value(value)}")
-            else:
-                quoted = value.replace("'", "''")
-                await conn.execute(f"ALTER SYSTEM SET {name} = '{quoted}'")
-    finally:
-        await conn.close()
-    if not tidb:
-        await backend.cluster.restart()
+    await engine.apply_server_settings(backend, settings)
     trace.write(
         PhaseRecord(phase="server_settings", detail={"applied": True, "settings": settings})
     )
-
-
-def _tidb_value(value: str) -> str:
-    """A setting's value in SET GLOBAL: numbers and ON/OFF bare, anything else quoted."""
-    if re.fullmatch(r"-?\d+(\.\d+)?|(?i:on|off|true|false)", value):
-        return value
-    return quote_literal(value)
 
 
 async def _expected_results(

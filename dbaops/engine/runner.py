@@ -47,14 +47,12 @@ from dbaops.dbms.interface import (
     ServerRequest,
 )
 from dbaops.dbms.osuser import running_as_root
-from dbaops.dbms.postgres.server import PostgresBackend
 from dbaops.dbms.registry import get_engine
 from dbaops.dbms.sessions import RunEndpoint
-from dbaops.dbms.tidb.engine import TidbBackend
 from dbaops.engine.actors import ActorContext, StandbyAccess, run_fault
 from dbaops.engine.checks import CheckSources, ledger_baselines
 from dbaops.engine.history import effective_history, load_history
-from dbaops.engine.preparation import NotManifested, RunBackend, await_standby, prepare_state
+from dbaops.engine.preparation import NotManifested, RunBackend, prepare_state
 from dbaops.engine.scaled_settings import apply_scaled_settings
 from dbaops.engine.serverlog import ServerLogFollower
 from dbaops.engine.state_probe import StateProbe
@@ -259,13 +257,6 @@ def _protect_from_server(paths: list[Path]) -> None:
             log.warning("cannot restrict a harness path", path=str(path), error=str(exc))
 
 
-def run_backend(server: object) -> RunBackend:
-    """An engine's opened server as the runner uses it; a clear error for an unknown kind."""
-    if not isinstance(server, PostgresBackend | TidbBackend):
-        raise TypeError(f"the runner cannot run on a {type(server).__name__}")
-    return server
-
-
 def _refuse_elevated(sc: Scenario, backend: RunBackend) -> None:
     """A scenario that asks for a superuser agent runs only where the server cannot read
     harness files (as root, with the server under its own service user)."""
@@ -462,7 +453,7 @@ async def _open_server(ctx: RunContext) -> RunBackend:
         server = await ctx.engine.open_server(request, progress)
     except DockerUnavailable as exc:
         raise RunRefused(f"{ctx.sc.id} runs on the docker backend: {exc}") from None
-    backend = run_backend(server)
+    backend = server
     ctx.backend = backend
     _refuse_elevated(ctx.sc, backend)
     if backend.snapshots is not None:
@@ -480,8 +471,7 @@ async def _prepare(ctx: RunContext, backend: RunBackend) -> Prepared:
     endpoint = backend.for_database(lib.database)
     standby_endpoint: RunEndpoint | None = None
     if sc.database.replica is not None:
-        assert isinstance(backend, PostgresBackend)  # the scenario model allows no TiDB replica
-        await await_standby(backend, sc.database.replica)
+        await ctx.engine.await_standby(backend, sc.database.replica)
         standby_endpoint = backend.standby_for(lib.database)
     follower: ServerLogFollower | None = None
     engine = ctx.engine.name
@@ -588,7 +578,6 @@ def _equip(ctx: RunContext, prepared: Prepared) -> Equipment:
     agent_tools = ctx.engine.agent_tools(
         backend, sc, ctx.lib.database, clock, mailbox, observations, recorder
     )
-    standby_cluster = backend.cluster.standby if backend.cluster else None
     standby_endpoint = prepared.standby_endpoint
     actors = ActorContext(
         endpoint=prepared.endpoint,
@@ -598,7 +587,7 @@ def _equip(ctx: RunContext, prepared: Prepared) -> Equipment:
         host=backend.host,
         label="activation",
         standby=(
-            StandbyAccess(standby_endpoint, standby_cluster, standby_cluster)
+            StandbyAccess(standby_endpoint, backend.standby_instance, backend.standby_host)
             if standby_endpoint is not None
             else None
         ),

@@ -21,6 +21,7 @@ from typing import ClassVar
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.interface import DatabaseEngine, DatabaseServer, Observations, ServerRequest
+from dbaops.dbms.postgres import preparation
 from dbaops.dbms.postgres.dialect import DIALECT
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.fixture import build_fixture as build_library_fixture
@@ -42,7 +43,7 @@ from dbaops.dbms.postgres.tool_catalog import (
 from dbaops.mailbox import Mailbox
 from dbaops.record.kinds import KnowledgeCorpus
 from dbaops.record.tables import ParquetParts
-from dbaops.scenario.model import Scenario
+from dbaops.scenario.model import ReplicaSpec, Scenario
 from dbaops.tools.base import Tool
 from dbaops.tools.knowledge import describe_corpus
 from dbaops.tools.recording import ToolRecorder
@@ -147,6 +148,22 @@ class PostgresEngine(DatabaseEngine):
             postgres_server(server).admin, library, params, seed, date
         )
 
+    async def apply_server_settings(self, server: DatabaseServer, settings: dict[str, str]) -> None:
+        await preparation.apply_server_settings(postgres_server(server), settings)
+
+    async def statement_marks(self, endpoint: object) -> object | None:
+        return await preparation.statement_marks(_endpoint(endpoint))
+
+    async def forget_statements(self, endpoint: object, marks: object) -> None:
+        assert isinstance(marks, dict)
+        await preparation.forget_statements(_endpoint(endpoint), marks)
+
+    async def make_standby(self, server: DatabaseServer, replica: ReplicaSpec) -> None:
+        await preparation.make_standby(postgres_server(server), replica)
+
+    async def await_standby(self, server: DatabaseServer, replica: ReplicaSpec) -> None:
+        await preparation.await_standby(postgres_server(server), replica)
+
     def versions(self, server_version: str) -> dict[str, str]:
         import asyncpg
 
@@ -204,3 +221,9 @@ __all__ = ["PostgresAgentTools", "PostgresEngine", "ServerRequest", "agent_sql_s
 
 #: The engine this package registers (``dbaops.engines`` entry point).
 ENGINE = PostgresEngine
+
+
+def _endpoint(endpoint: object) -> Endpoint:
+    if not isinstance(endpoint, Endpoint):
+        raise TypeError(f"{type(endpoint).__name__} is not a PostgreSQL endpoint")
+    return endpoint

@@ -14,9 +14,9 @@ from typing import Any
 
 import anyio
 
+from dbaops.dbms.interface import InstanceController
 from dbaops.dbms.postgres.dialect import DIALECT
 from dbaops.dbms.postgres.endpoint import Endpoint
-from dbaops.engine.actors import InstanceController
 from dbaops.tools.base import Tool, ToolResult
 from dbaops.tools.instance import change_state, manage_instance_spec
 from dbaops.tools.recording import call_detail

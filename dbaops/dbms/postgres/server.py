@@ -77,6 +77,16 @@ class PostgresBackend:
         """Where host-level faults (signals, disks, limits) act: the embedded cluster."""
         return self.cluster
 
+    @property
+    def standby_instance(self) -> PostgresCluster | None:
+        """The replica profile's standby (embedded only): its process control."""
+        return self.cluster.standby if self.cluster is not None else None
+
+    @property
+    def standby_host(self) -> PostgresCluster | None:
+        """Where host-level faults on the standby act."""
+        return self.standby_instance
+
     def for_database(self, database: str) -> Endpoint:
         return self.admin.model_copy(update={"database": database})
 

@@ -13,11 +13,10 @@ from typing import Any
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.dialect import engine_dialect
-from dbaops.dbms.interface import Observations
+from dbaops.dbms.interface import InstanceController, Observations
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.instance_tool import instance_tool
 from dbaops.dbms.postgres.sql_tool import SqlSession, sql_tool
-from dbaops.engine.actors import InstanceController
 from dbaops.mailbox import Mailbox
 from dbaops.tools.base import Tool, ToolResult
 from dbaops.tools.knowledge import knowledge_tool

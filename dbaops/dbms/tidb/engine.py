@@ -36,6 +36,7 @@ from dbaops.dbms.tidb.dialect import DIALECT
 from dbaops.dbms.tidb.endpoint import CONNECTION_ERRORS, TidbEndpoint, execute, fetch_value
 from dbaops.dbms.tidb.fixture import build_fixture as build_library_fixture
 from dbaops.dbms.tidb.instance_tool import tidb_instance_tool
+from dbaops.dbms.tidb.preparation import apply_server_settings as apply_global_settings
 from dbaops.dbms.tidb.sampler import TidbMetricSampler
 from dbaops.dbms.tidb.server import TidbError, TidbServer
 from dbaops.dbms.tidb.serverlog import (
@@ -118,6 +119,16 @@ class TidbBackend:
     @property
     def host(self) -> None:
         """No host-level faults (signals, disks, limits) on TiDB yet."""
+        return None
+
+    @property
+    def standby_instance(self) -> None:
+        """The embedded TiDB has no standby."""
+        return None
+
+    @property
+    def standby_host(self) -> None:
+        """The embedded TiDB has no standby."""
         return None
 
     async def server_version(self) -> str:
@@ -250,6 +261,9 @@ class TidbEngine(DatabaseEngine):
         date: str,
     ) -> float:
         return await build_library_fixture(tidb_server(server).admin, library, params, seed, date)
+
+    async def apply_server_settings(self, server: DatabaseServer, settings: dict[str, str]) -> None:
+        await apply_global_settings(tidb_server(server).admin, settings)
 
     def release_cluster_dir(self, path: Path) -> list[str]:
         """A tidb-server still running from ``path`` (SIGTERM)."""
