@@ -33,6 +33,20 @@ class SessionDialect:
     count_rows: Callable[[str, str], str]
     #: A statement setting a session setting (the name already checked) to a value.
     set_setting: Callable[[str, str], str]
+    #: The database the harness's server-wide statements connect to (None: the endpoint's).
+    maintenance_database: str | None = None
+    #: The application name the harness's sessions carry ("" where the engine has none).
+    harness_application: str = ""
+    #: Statements changing a server setting (the name already checked) persistently, and
+    #: making the server read its configuration again (None: the engine has neither).
+    set_server_setting: Callable[[str, str], str] | None = None
+    reload_config: str | None = None
+    #: A statement creating tablespace ``name`` (owned by a role, or None) at a directory.
+    create_tablespace: Callable[[str, str | None, str], str] | None = None
+    #: The server processes of a backend type, oldest first, as rows (pid, started), with
+    #: parameters: backend type, application name or NULL, role or NULL, and the harness's
+    #: application name (its own sessions are never chosen). None: not on this engine.
+    server_processes_sql: str | None = None
 
 
 @dataclass(frozen=True)

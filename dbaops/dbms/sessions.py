@@ -27,6 +27,7 @@ __all__ = [
     "RunEndpoint",
     "Session",
     "SessionDialect",
+    "endpoint_dialect",
     "engine_sessions",
     "session_dialect",
     "sessions_of",
@@ -193,6 +194,14 @@ def sqlstate_of(exc: BaseException) -> str | None:
     """The SQLSTATE (or the engine's error number as text) of one of ``SERVER_ERRORS``."""
     state = getattr(exc, "sqlstate", None)
     return str(state) if state is not None else None
+
+
+def endpoint_dialect(endpoint: object) -> SessionDialect:
+    """The statements of ``endpoint``'s engine (before any session is open)."""
+    for declared in _ENGINES:
+        if isinstance(endpoint, declared.endpoint_type):
+            return declared.dialect
+    raise TypeError(f"{type(endpoint).__name__} is no registered engine's endpoint")
 
 
 def session_dialect(conn: object) -> SessionDialect:

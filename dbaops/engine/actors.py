@@ -8,7 +8,7 @@ its pid and backend_start, so protected sessions can be recognised later.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import anyio
 import structlog
@@ -18,15 +18,12 @@ from anyio.abc import TaskStatus
 from dbaops.clock import ScenarioClock
 from dbaops.containers.machine import ServerMachine
 from dbaops.dbms.interface import InstanceController, ServerHost
-from dbaops.dbms.postgres.endpoint import (
-    HARNESS_APPLICATION,
-    quote_ident,
-)
 from dbaops.dbms.sessions import (
     CONNECTION_ERRORS,
     SERVER_ERRORS,
     RunEndpoint,
     Session,
+    endpoint_dialect,
     session_dialect,
     sqlstate_of,
 )
@@ -50,6 +47,8 @@ from dbaops.scenario.faults import (
 )
 
 log = structlog.get_logger(__name__)
+
+_T = TypeVar("_T")
 
 
 class RecordSink(Protocol):
@@ -169,13 +168,27 @@ async def _sql(fault: SqlFault, ctx: ActorContext) -> None:
         await conn.close(timeout=5)
 
 
+def _statement(conn: Session, kind: str, statement: _T | None) -> _T:
+    """One of the engine's statements for a fault, or a clear error where it has none."""
+    if statement is None:
+        raise FaultError(f"{kind} is not available on this engine")
+    return statement
+
+
+async def _server_session(ctx: ActorContext, *, admin: bool = True) -> Session:
+    """A harness session for server-wide statements (in the engine's maintenance database)."""
+    database = endpoint_dialect(ctx.endpoint).maintenance_database
+    return await ctx.endpoint.harness_connect(database=database, admin=admin)
+
+
 async def _set_setting(fault: SetSetting, ctx: ActorContext) -> None:
-    conn = await ctx.endpoint.harness_connect(database="postgres", admin=True)
+    conn = await _server_session(ctx)
     try:
-        value = fault.value.replace("'", "''")
-        await conn.execute(f"ALTER SYSTEM SET {fault.name} = '{value}'")
+        dialect = session_dialect(conn)
+        set_server = _statement(conn, fault.kind, dialect.set_server_setting)
+        await conn.execute(set_server(fault.name, fault.value))
         if not fault.restart:
-            await conn.execute("SELECT pg_reload_conf()")
+            await conn.execute(_statement(conn, fault.kind, dialect.reload_config))
     finally:
         await conn.close(timeout=5)
     if fault.restart:
@@ -204,9 +217,9 @@ def _host(ctx: ActorContext, kind: str) -> ServerHost:
 async def _edit_config(fault: EditConfig, ctx: ActorContext) -> None:
     _host(ctx, fault.kind).edit_config(fault.file, fault.prepend, fault.append, fault.comment_out)
     if fault.then == "reload":
-        conn = await ctx.endpoint.harness_connect(database="postgres", admin=True)
+        conn = await _server_session(ctx)
         try:
-            await conn.execute("SELECT pg_reload_conf()")
+            await conn.execute(_statement(conn, fault.kind, session_dialect(conn).reload_config))
         finally:
             await conn.close(timeout=5)
     elif fault.then == "restart":
@@ -224,11 +237,10 @@ async def _file_size_limit(fault: FileSizeLimit, ctx: ActorContext) -> None:
 
 async def _tablespace_volume(fault: TablespaceVolume, ctx: ActorContext) -> None:
     location = await _host(ctx, fault.kind).create_volume(fault.name, fault.size_mb)
-    conn = await ctx.endpoint.harness_connect(database="postgres", admin=True)
+    conn = await _server_session(ctx)
     try:
-        owner = f" OWNER {quote_ident(fault.owner)}" if fault.owner else ""
-        location_sql = location.replace("'", "''")
-        await conn.execute(f"CREATE TABLESPACE {fault.name}{owner} LOCATION '{location_sql}'")
+        create = _statement(conn, fault.kind, session_dialect(conn).create_tablespace)
+        await conn.execute(create(fault.name, fault.owner, location))
     finally:
         await conn.close(timeout=5)
 
@@ -291,18 +303,15 @@ async def _crash(fault: Crash, ctx: ActorContext, ready: TaskStatus[None]) -> No
 
 async def _signal(fault: SignalProcess, ctx: ActorContext) -> None:
     host = _host(ctx, fault.kind)
-    conn = await ctx.endpoint.harness_connect(database="postgres")
+    conn = await _server_session(ctx, admin=False)
     try:
+        dialect = session_dialect(conn)
         rows = await conn.fetch(
-            "SELECT pid, backend_start::text AS started FROM pg_stat_activity "
-            "WHERE backend_type = $1 AND pid <> pg_backend_pid() "
-            "AND coalesce(application_name, '') <> $4 "
-            "AND ($2::text IS NULL OR application_name = $2) "
-            "AND ($3::text IS NULL OR usename = $3) ORDER BY backend_start, pid",
+            _statement(conn, fault.kind, dialect.server_processes_sql),
             fault.backend_type,
             fault.application_name,
             fault.role,
-            HARNESS_APPLICATION,
+            dialect.harness_application,
         )
     finally:
         await conn.close(timeout=5)

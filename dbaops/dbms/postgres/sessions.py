@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import asyncpg
 
-from dbaops.dbms.postgres.endpoint import CONNECTION_ERRORS, Endpoint, quote_ident
+from dbaops.dbms.postgres.endpoint import (
+    CONNECTION_ERRORS,
+    HARNESS_APPLICATION,
+    Endpoint,
+    quote_ident,
+)
 from dbaops.dbms.session_kinds import ISOLATION, EngineSessions, SessionDialect
 
 
@@ -26,6 +31,22 @@ SESSIONS = EngineSessions(
             "TABLESAMPLE pg_catalog.system (100))"
         ),
         set_setting=lambda name, value: f"SET {name} TO {_literal(value)}",
+        maintenance_database="postgres",
+        harness_application=HARNESS_APPLICATION,
+        set_server_setting=lambda name, value: f"ALTER SYSTEM SET {name} = {_literal(value)}",
+        reload_config="SELECT pg_catalog.pg_reload_conf()",
+        create_tablespace=lambda name, owner, location: (
+            f"CREATE TABLESPACE {quote_ident(name)}"
+            + (f" OWNER {quote_ident(owner)}" if owner else "")
+            + f" LOCATION {_literal(location)}"
+        ),
+        server_processes_sql=(
+            "SELECT pid, backend_start::text AS started FROM pg_catalog.pg_stat_activity "
+            "WHERE backend_type = $1 AND pid <> pg_catalog.pg_backend_pid() "
+            "AND coalesce(application_name, '') <> $4 "
+            "AND ($2::text IS NULL OR application_name = $2) "
+            "AND ($3::text IS NULL OR usename = $3) ORDER BY backend_start, pid"
+        ),
     ),
     server_errors=(asyncpg.PostgresError,),
     connection_errors=CONNECTION_ERRORS,
