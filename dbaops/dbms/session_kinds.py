@@ -3,8 +3,9 @@ package's ``sessions`` module (``SESSIONS``) and gathered by :mod:`dbaops.dbms.s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -41,6 +42,9 @@ class SessionDialect:
     #: making the server read its configuration again (None: the engine has neither).
     set_server_setting: Callable[[str, str], str] | None = None
     reload_config: str | None = None
+    #: The server's configuration file (in its directory) that ``edit_config`` faults and
+    #: scaled timers append ``name = 'value'`` lines to (None: the engine has none).
+    config_file: str | None = None
     #: A statement creating tablespace ``name`` (owned by a role, or None) at a directory.
     create_tablespace: Callable[[str, str | None, str], str] | None = None
     #: The server processes of a backend type, oldest first, as rows (pid, started), with
@@ -66,6 +70,13 @@ class EngineSessions:
     connection_errors: tuple[type[BaseException], ...]
     #: Server errors that also mean the connection is unusable.
     lost_server_errors: tuple[type[BaseException], ...] = ()
+    #: How the workloads' hot path runs a prepared statement of a session: ``(session,
+    #: statement) -> run(args) -> rows`` (None: the statement's own ``fetch``).
+    prepared_executor: (
+        Callable[[Any, Any], Callable[[Sequence[Any]], Awaitable[list[Any]]]] | None
+    ) = None
+    #: Errors meaning a prepared statement's result type changed (ALTER TABLE): prepare again.
+    stale_statement_errors: tuple[type[BaseException], ...] = ()
     #: The server fills a prepared statement's arguments itself (else: the client does, in
     #: the engine's literals, whatever the workload's protocol).
     server_side_prepare: bool = True

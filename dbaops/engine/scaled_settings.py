@@ -1,5 +1,6 @@
 """Server timers in scenario time: ``database.scaled_settings`` (and the replica profile's)
-are written into each server's ``postgresql.conf`` at the start of every run as the value ×
+are written into each server's configuration file (PostgreSQL's ``postgresql.conf``; engines
+whose capabilities declare scaled timers) at the start of every run as the value ×
 ``--time-scale``, in milliseconds, and the server reloads. So a standby that holds replay for
 30 scenario seconds does so at any compression, and a compressed run tells the same story as
 a real one. Applied before the harness first reads the run's state, so they are part of the
@@ -7,6 +8,7 @@ baseline the judge compares with."""
 
 from __future__ import annotations
 
+from dbaops.dbms.sessions import endpoint_dialect
 from dbaops.engine.actors import ActorContext, FaultError
 from dbaops.record.kinds import PhaseRecord
 from dbaops.record.trace import RecordSink
@@ -38,15 +40,18 @@ async def apply_scaled_settings(
     applied: dict[str, dict[str, str]] = {}
     for server, timers in scaled_settings_by_server(sc).items():
         ctx = actors.on(server)
+        dialect = endpoint_dialect(ctx.endpoint)
         if ctx.host is None:
-            raise FaultError("scaled_settings need the embedded backend (postgresql.conf)")
+            raise FaultError("scaled_settings need the embedded backend (its configuration file)")
+        if dialect.config_file is None or dialect.reload_config is None:
+            raise FaultError("scaled_settings need an engine with a configuration file")
         values = {name: scaled_value(v, time_scale) for name, v in timers.items()}
         ctx.host.edit_config(
-            "postgresql.conf", [], [f"{n} = '{v}'" for n, v in values.items()], None
+            dialect.config_file, [], [f"{n} = '{v}'" for n, v in values.items()], None
         )
-        conn = await ctx.endpoint.harness_connect(database="postgres", admin=True)
+        conn = await ctx.endpoint.harness_connect(database=dialect.maintenance_database, admin=True)
         try:
-            await conn.execute("SELECT pg_catalog.pg_reload_conf()")
+            await conn.execute(dialect.reload_config)
         finally:
             await conn.close(timeout=5)
         applied[server] = values

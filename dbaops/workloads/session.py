@@ -3,7 +3,8 @@
 ``prepared`` (the default) prepares each statement once per connection, ``BEGIN`` and
 ``COMMIT`` included, and executes it with parameters: the round trips of ``pgbench -M
 prepared`` (BEGIN, the statements, COMMIT), without the per-call statement-cache lookup and
-transaction object of asyncpg's connection methods. ``simple`` writes the arguments into the
+transaction object of the driver's connection methods (each engine's fastest call:
+``EngineSessions.prepared_executor``). ``simple`` writes the arguments into the
 SQL text and sends each statement as a simple query, so the server parses and plans it on every
 run (``pgbench -M simple``).
 """
@@ -16,11 +17,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 import anyio
-import asyncpg
-from asyncpg.prepared_stmt import PreparedStatement as Statement
 
 from dbaops.clock import ScenarioClock
-from dbaops.dbms.sessions import ISOLATION_LEVELS, SERVER_ERRORS, Session, sessions_of
+from dbaops.dbms.sessions import (
+    CONNECTION_ERRORS,
+    ISOLATION_LEVELS,
+    SERVER_ERRORS,
+    Session,
+    sessions_of,
+)
 from dbaops.workloads.spec import PreviousArg, TransactionTemplate
 
 Protocol = Literal["prepared", "simple"]
@@ -59,22 +64,16 @@ def inline_args(sql: str, args: Sequence[Any]) -> str:
 Executor = Callable[[Sequence[Any]], Awaitable[list[Any]]]
 
 
-def statement_executor(conn: Session, stmt: Statement) -> Executor:
-    """How the hot path runs a prepared statement: the protocol call that asyncpg's
-    ``PreparedStatement.fetch`` makes once it has re-checked the connection and the statement
-    (five Python frames per call, about a tenth of a tpcb unit's client CPU). Where this
-    asyncpg has no such call, the public ``fetch``. Errors are the same either way: the
-    protocol raises them."""
-    bind = getattr(getattr(conn, "_protocol", None), "bind_execute", None)
-    state = getattr(stmt, "_state", None)
-    if bind is None or state is None:
-        return lambda args: stmt.fetch(*args)  # type: ignore[no-any-return]
-    return lambda args: bind(state, args, "", 0, False, None)  # type: ignore[no-any-return]
+def _fetching(conn: Session, stmt: Any) -> Executor:
+    """A prepared statement run through its public ``fetch`` (an engine without a faster
+    call of its own)."""
+    del conn
+    return lambda args: stmt.fetch(*args)  # type: ignore[no-any-return]
 
 
 class StatementCaches:
     """What the sessions of one client share about their statement caches, as the
-    connections of an asyncpg pool do: when one learns that a statement's result type changed
+    connections of a driver's pool do: when one learns that a statement's result type changed
     (ALTER TABLE, ALTER TYPE), every session prepares its statements again, so a schema change
     costs the client one failed statement, not one per connection."""
 
@@ -83,7 +82,7 @@ class StatementCaches:
 
 
 class TemplateSession:
-    """An asyncpg connection and the statements it has prepared; ``queries`` counts the
+    """A session and the statements it has prepared; ``queries`` counts the
     statements it has run (for a client that recycles connections)."""
 
     def __init__(
@@ -98,9 +97,11 @@ class TemplateSession:
         # every statement so, whatever the protocol
         self.protocol: Protocol = protocol if engine.server_side_prepare else "prepared"
         dialect = engine.dialect
+        self._executor = engine.prepared_executor or _fetching
+        self._stale = engine.stale_statement_errors
         self._begin = {iso: dialect.begin(iso) for iso in ISOLATION_LEVELS}
         self.queries = 0
-        self._prepared: dict[str, tuple[Statement, Executor]] = {}
+        self._prepared: dict[str, tuple[Any, Executor]] = {}
         self._caches = caches or StatementCaches()
         self._generation = self._caches.generation
 
@@ -114,8 +115,8 @@ class TemplateSession:
         entry = self._prepared.get(sql)
         if entry is None:
             stmt = await self.conn.prepare(sql)
-            # the statement object is kept: asyncpg closes a statement it collects
-            entry = self._prepared[sql] = (stmt, statement_executor(self.conn, stmt))
+            # the statement object is kept: a driver may close a statement it collects
+            entry = self._prepared[sql] = (stmt, self._executor(self.conn, stmt))
         return entry[1]
 
     async def _run(self, sql: str, args: Sequence[Any]) -> Any:
@@ -127,9 +128,9 @@ class TemplateSession:
         execute = await self._statement(sql)
         try:
             rows = await execute(args)
-        except (asyncpg.InvalidCachedStatementError, asyncpg.OutdatedSchemaCacheError):
+        except self._stale:
             # the result type changed (ALTER TABLE, ALTER TYPE): prepare again next time,
-            # and retry at once outside a transaction, as asyncpg's own cache does
+            # and retry at once outside a transaction, as the driver's own cache does
             self._prepared.clear()
             self._caches.generation += 1
             self._generation = self._caches.generation
@@ -147,14 +148,14 @@ class TemplateSession:
         clock: ScenarioClock,
     ) -> None:
         """Execute a template's statements (in a transaction unless it is one statement at
-        read committed) by monotonic time ``give_up``, else raise ``TimeoutError`` (asyncpg
+        read committed) by monotonic time ``give_up``, else raise ``TimeoutError`` (the driver
         sends the server a cancel request for the statement then running). ``None`` slots
         (previous-result arguments) are filled from earlier statements' results. On any
         failure an open transaction is rolled back, or the connection closed if that fails."""
         remaining = give_up - clock.mono()
         if remaining <= 0:
             raise TimeoutError
-        # one deadline for the attempt, not a timer per statement (asyncio's: asyncpg runs on
+        # one deadline for the attempt, not a timer per statement (asyncio's: the drivers run on
         # asyncio only, and this is the hot path; anyio's scope costs about twice as much)
         async with asyncio.timeout(remaining):
             statements = template.statements
@@ -185,7 +186,7 @@ class TemplateSession:
             return
         try:
             await conn.execute("ROLLBACK", timeout=2)
-        except SERVER_ERRORS + (OSError, asyncpg.InterfaceError, TimeoutError):
+        except SERVER_ERRORS + CONNECTION_ERRORS + (TimeoutError,):
             conn.terminate()
 
     def terminate(self) -> None:
@@ -196,5 +197,5 @@ class TemplateSession:
         with anyio.CancelScope(shield=True):
             try:
                 await self.conn.close(timeout=2)
-            except (OSError, asyncpg.InterfaceError, TimeoutError):
+            except CONNECTION_ERRORS + (TimeoutError,):
                 self.conn.terminate()
