@@ -29,6 +29,7 @@ from dbaops.dbms.postgres.instance_tool import instance_tool
 from dbaops.dbms.serverdir import dbaops_home
 from dbaops.engine.actors import run_fault
 from dbaops.engine.runner import RunOptions, run_scenario
+from dbaops.evaluation.score import score_run
 from dbaops.record.kinds import ActorRecord
 from dbaops.scenario.faults import CpuLimit, Crash, Freeze, Partition, TablespaceVolume
 from dbaops.scenario.loader import ScenarioError, load_scenario
@@ -307,7 +308,7 @@ async def test_a_bounded_scenario_runs_on_the_docker_backend_with_a_standby(
         agent="reference",
     )
     assert result.status == "completed"
-    assert result.verdict is not None and result.verdict["outcome_pass"] is True
+    assert score_run(result.run_dir).outcome_pass is True
     header = next(
         line for line in (result.run_dir / "trace.jsonl").read_text().splitlines()
         if '"run_header"' in line

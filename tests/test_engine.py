@@ -15,7 +15,7 @@ import pytest
 
 from dbaops.agents.base import AgentSession
 from dbaops.engine.runner import RunOptions, run_scenario
-from dbaops.evaluation.score import score_run
+from dbaops.evaluation.score import score_and_record, score_run
 from dbaops.record.kinds import CheckRecord, EventRecord, PhaseRecord, RunEnd
 from dbaops.record.tables import read_samples
 from dbaops.record.trace import read_trace
@@ -61,6 +61,10 @@ async def test_snapshot_restore_gives_the_same_manifested_state_twice(tmp_path: 
     d1, phases1 = digest_and_phases(first.run_dir)
     d2, phases2 = digest_and_phases(second.run_dir)
     assert d1 == d2
+    # the runner leaves the scoring to its caller, who scores once
+    assert not (first.run_dir / "verdict.json").exists()
+    assert score_and_record(first.run_dir) is not None
+    assert (first.run_dir / "verdict.json").exists()
     assert "autovacuum_enabled=false" in d1
     assert "build_fixture" in phases1 and "snapshot_capture" in phases1
     assert "build_fixture" not in phases2 and "restore" in phases2

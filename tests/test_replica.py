@@ -12,6 +12,7 @@ import pytest
 
 from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.engine.runner import RunOptions, run_scenario
+from dbaops.evaluation.score import score_run
 from dbaops.record.kinds import ToolCallRecord
 from dbaops.record.tables import read_samples
 from dbaops.record.trace import read_trace
@@ -84,13 +85,14 @@ async def test_a_scenario_with_a_replica_runs_parts_checks_workloads_and_tools_o
 ) -> None:
     path = SCENARIOS / "t-replica.yaml"
     noop = await run_scenario(path, RunOptions(time_scale=0.1, runs_dir=tmp_path), agent="noop")
-    assert noop.status == "completed" and noop.verdict is not None
-    assert noop.verdict["outcome_pass"] is False  # replay stays paused
+    assert noop.status == "completed"
+    assert score_run(noop.run_dir).outcome_pass is False  # replay stays paused
     ref = await run_scenario(path, RunOptions(time_scale=0.1, runs_dir=tmp_path), agent="reference")
-    assert ref.status == "completed" and ref.verdict is not None, ref.reason
-    assert ref.verdict["outcome_pass"] is True, ref.verdict["terminal_acceptance"]
+    assert ref.status == "completed", ref.reason
+    verdict = score_run(ref.run_dir)
+    assert verdict.outcome_pass is True, verdict.terminal_acceptance
     # Restarting the standby is not G4 (restarting the primary).
-    assert ref.verdict["safe_pass"] is True, ref.verdict["safety"]
+    assert verdict.safe_pass is True, verdict.safety
     calls = [r for r in read_trace(ref.run_dir) if isinstance(r, ToolCallRecord)]
     first = next(c for c in calls if c.tool == "execute_sql")
     assert first.args["server"] == "standby" and "paused" in first.observation

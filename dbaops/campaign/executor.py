@@ -21,6 +21,7 @@ from dbaops.campaign.manifest import (
 )
 from dbaops.campaign.spec import CampaignSpec
 from dbaops.engine.runner import RunMonitor, RunOptions, run_scenario
+from dbaops.evaluation.score import score_and_record
 from dbaops.scenario.loader import load_scenario
 
 
@@ -157,7 +158,9 @@ async def _execute(
     state: RunState = "infra_error"
     try:
         result = await run_scenario(run.scenario, options, monitor, agent)
-        state = settle(run, result.status, result.reason, result.verdict)
+        verdict = await anyio.to_thread.run_sync(score_and_record, result.run_dir)
+        dumped = verdict.model_dump(mode="json") if verdict is not None else None
+        state = settle(run, result.status, result.reason, dumped)
     except Exception as exc:  # the harness failed: recorded, the campaign goes on
         state = settle(run, "failed", f"{type(exc).__name__}: {exc}", None)
     except BaseException:

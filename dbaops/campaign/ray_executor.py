@@ -34,6 +34,7 @@ def remote_run(spec_json: str, run_json: str, slot: int) -> RemoteRun:
     cluster of its ``slot`` (no two tasks of one slot run at once), and pack the run
     directory."""
     from dbaops.engine.runner import RunMonitor, run_scenario
+    from dbaops.evaluation.score import score_and_record
 
     spec = CampaignSpec.model_validate_json(spec_json)
     run = PlannedRun.model_validate_json(run_json)
@@ -43,7 +44,9 @@ def remote_run(spec_json: str, run_json: str, slot: int) -> RemoteRun:
         monitor = RunMonitor()
         try:
             result = anyio.run(run_scenario, run.scenario, options, monitor, agent)
-            status, reason, verdict = result.status, result.reason, result.verdict
+            scored = score_and_record(result.run_dir)
+            status, reason = result.status, result.reason
+            verdict = scored.model_dump(mode="json") if scored is not None else None
         except Exception as exc:
             status, reason, verdict = "failed", f"{type(exc).__name__}: {exc}", None
         rel = None if monitor.run_dir is None else str(monitor.run_dir.relative_to(runs))

@@ -22,6 +22,7 @@ from rich.text import Text
 
 if TYPE_CHECKING:
     from dbaops.engine.validate import ValidationSummary
+    from dbaops.evaluation.score import RunVerdict
 
 #: Exit status of `dbaops persistent|bounded` by run status (scripts tell infra errors apart).
 EXIT_CODES = {"completed": 0, "failed": 1, "infra_error": 3, "not_manifested": 4}
@@ -184,8 +185,13 @@ def _run(
         console.print(
             Text.assemble(("interrupted", "yellow"), f"; run directory: {monitor.run_dir}")
         )
+        if monitor.run_dir is not None:
+            from dbaops.evaluation.score import score_and_record
+
+            score_and_record(monitor.run_dir)  # what it got to, scored as any run
         raise typer.Exit(130) from None
     from dbaops.engine.runner import RunResult
+    from dbaops.evaluation.score import score_and_record
 
     assert isinstance(result, RunResult)
     console.print(
@@ -193,15 +199,17 @@ def _run(
     )
     if result.reason:
         console.print(Text(f"reason: {result.reason}"))
-    _print_verdict(result.run_dir)
+    verdict = score_and_record(result.run_dir)
+    if verdict is None:
+        console.print(Text("the run could not be scored (see the log); dbaops score RUN_DIR"))
+        raise typer.Exit(1)
+    _print_verdict(verdict)
     raise typer.Exit(EXIT_CODES.get(result.status, 1))
 
 
-def _print_verdict(run_dir: Path) -> None:
+def _print_verdict(v: RunVerdict) -> None:
     from dbaops.evaluation.compliance import format_compliance
-    from dbaops.evaluation.score import score_run
 
-    v = score_run(run_dir)
     kind = f" ({v.agent_kind})" if v.agent_kind and v.agent_kind != "agent" else ""
     scale = f" time-scale={v.time_scale:g}" if v.time_scale is not None else ""
     console.print(
@@ -570,7 +578,7 @@ def score(
     if as_json:
         print(json.dumps(verdict.model_dump(mode="json"), indent=2))
     else:
-        _print_verdict(run_dir)
+        _print_verdict(verdict)
         console.print(f"wrote {path}")
 
 

@@ -134,10 +134,11 @@ class RunOptions(BaseModel):
 
 
 class RunResult(BaseModel):
+    """How a run ended (its verdict is the caller's to compute, once)."""
+
     run_dir: Path
     status: str
     reason: str | None = None
-    verdict: dict[str, Any] | None = None
 
 
 @dataclass
@@ -295,7 +296,8 @@ async def run_scenario(
     monitor: RunMonitor | None = None,
     agent: Agent | str | None = None,
 ) -> RunResult:
-    """Run one scenario end to end and score it; always leaves a readable run directory.
+    """Run one scenario end to end; always leaves a readable run directory, which the caller
+    scores once (:func:`dbaops.evaluation.score.score_and_record`).
 
     ``agent`` is an agent object, a built-in name (``noop``, or the oracles ``reference`` /
     ``shallow``, which the harness builds from the scenario's declared solution), or None
@@ -329,9 +331,9 @@ async def run_scenario(
         raise
     finally:
         with anyio.CancelScope(shield=True):
-            verdict = await _finish(ctx, status, reason, failure)
+            await _finish(ctx, status, reason, failure)
             ctx.monitor.phase = status
-    return RunResult(run_dir=ctx.rd.path, status=status, reason=reason, verdict=verdict)
+    return RunResult(run_dir=ctx.rd.path, status=status, reason=reason)
 
 
 def _plan(
@@ -915,10 +917,9 @@ def _describe(exc: BaseException) -> str:
 
 async def _finish(
     ctx: RunContext, status: str, reason: str | None, failure: str | None = None
-) -> dict[str, Any] | None:
-    """Flush everything, record the end, score, stop the embedded server."""
-    from dbaops.evaluation.score import score_run, write_verdict
-
+) -> None:
+    """Flush everything, record the end, stop the embedded server (the caller scores the
+    run once: :func:`dbaops.evaluation.score.score_and_record`)."""
     ctx.sink.flush()
     ctx.parts.compact()
     metric_parts, backend, trace = ctx.metric_parts, ctx.backend, ctx.trace
@@ -936,17 +937,9 @@ async def _finish(
     trace.write(PhaseRecord(phase="server_status", detail={"running": server_up}))
     duration_s = time.monotonic() - ctx.t_start
     trace.write(RunEnd(status=status, reason=reason, duration_s=duration_s, traceback=failure))
-    verdict: dict[str, Any] | None = None
-    try:
-        result = score_run(ctx.rd.path)
-        write_verdict(ctx.rd.path, result)
-        verdict = result.model_dump(mode="json")
-    except Exception as exc:  # noqa: BLE001 - scoring must not hide the run's own outcome
-        log.error("scoring failed", error=str(exc))
     trace.close()
     if backend is not None:
         try:
             await backend.close()
         except Exception as exc:  # noqa: BLE001
             log.warning("could not stop the embedded server", error=str(exc))
-    return verdict

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import structlog
 from pydantic import BaseModel, Field
 
 from dbaops.dbms.dialect import engine_dialect
@@ -103,6 +104,9 @@ class RunVerdict(BaseModel):
         "had none (such runs are a cohort of their own in reports); None: not recorded",
     )
     notes: list[str] = Field(default_factory=list)
+
+
+_log = structlog.get_logger(__name__)
 
 
 def server_crashed(
@@ -397,3 +401,16 @@ def write_verdict(run_dir: Path, verdict: RunVerdict) -> Path:
     tmp.write_text(json.dumps(verdict.model_dump(mode="json"), indent=2) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def score_and_record(run_dir: Path) -> RunVerdict | None:
+    """Score a finished run once and write its ``verdict.json``: what the caller of a run
+    (the CLI, a campaign worker) does with the directory the runner leaves. None when the run
+    cannot be scored (the reason is logged; the directory stays re-scorable)."""
+    try:
+        verdict = score_run(run_dir)
+        write_verdict(run_dir, verdict)
+    except Exception as exc:  # noqa: BLE001 - scoring must not hide the run's own outcome
+        _log.error("scoring failed", run_dir=str(run_dir), error=str(exc))
+        return None
+    return verdict
