@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from dbaops.dbms.plans import PlanNode
+
 #: Isolation levels a scenario may name, as SQL.
 ISOLATION = {
     "read_committed": "READ COMMITTED",
@@ -77,6 +79,9 @@ class EngineSessions:
     ) = None
     #: Errors meaning a prepared statement's result type changed (ALTER TABLE): prepare again.
     stale_statement_errors: tuple[type[BaseException], ...] = ()
+    #: The plan of a query on a session, read into plan nodes (``(session, sql, analyze)``;
+    #: analyze runs the query and rolls back what it wrote). None: no plan checks.
+    explain: Callable[[Any, str, bool], Awaitable[list[PlanNode]]] | None = None
     #: The server fills a prepared statement's arguments itself (else: the client does, in
     #: the engine's literals, whatever the workload's protocol).
     server_side_prepare: bool = True

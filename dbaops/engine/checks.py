@@ -22,7 +22,8 @@ from typing import Any
 import polars as pl
 
 from dbaops.clock import ScenarioClock
-from dbaops.dbms.sessions import SERVER_ERRORS, RunEndpoint, Session, session_dialect
+from dbaops.dbms.plans import PlanNode
+from dbaops.dbms.sessions import SERVER_ERRORS, RunEndpoint, Session, session_dialect, sessions_of
 from dbaops.engine.metrics_registry import metric_kind
 from dbaops.record.kinds import CheckRecord
 from dbaops.scenario.checks import (
@@ -351,55 +352,7 @@ def _workload(
     return _Outcome(compare(ratio, check.op, check.value), observed, error)
 
 
-# -- plan --------------------------------------------------------------------------------------
-_BITMAP_CHILDREN = ("Bitmap Index Scan", "BitmapAnd", "BitmapOr")
-
-
-@dataclass(frozen=True)
-class PlanNode:
-    """One node of an ``EXPLAIN (FORMAT JSON)`` plan, flattened."""
-
-    node_type: str
-    relation: str | None
-    index: str | None
-    plan_rows: float
-    actual_rows: float | None
-    loops: float | None
-    scan_direction: str | None = None
-
-
-def plan_nodes(plan: dict[str, Any]) -> list[PlanNode]:
-    """The nodes of a plan tree, root first. A bitmap index scan (and BitmapAnd/Or) has no
-    relation of its own: it is counted on the table of the Bitmap Heap Scan above it."""
-    out: list[PlanNode] = []
-
-    def walk(node: dict[str, Any], parent_relation: str | None) -> None:
-        node_type = str(node.get("Node Type", "?"))
-        relation = node.get("Relation Name")
-        if relation is None and node_type in _BITMAP_CHILDREN:
-            relation = parent_relation
-        out.append(
-            PlanNode(
-                node_type=node_type,
-                relation=relation,
-                index=node.get("Index Name"),
-                plan_rows=float(node.get("Plan Rows", 0)),
-                actual_rows=_opt_float(node.get("Actual Rows")),
-                loops=_opt_float(node.get("Actual Loops")),
-                scan_direction=node.get("Scan Direction"),
-            )
-        )
-        for child in node.get("Plans", []):
-            walk(child, relation)
-
-    walk(plan, None)
-    return out
-
-
-def _opt_float(x: Any) -> float | None:
-    return None if x is None else float(x)
-
-
+# -- plan (each engine reads its plans into PlanNode: EngineSessions.explain) -----------------
 def _misestimate(node: PlanNode) -> float:
     """How far apart estimated and actual rows per loop are, as a factor (1 = exact)."""
     est, act = max(node.plan_rows, 1.0), max(node.actual_rows or 0.0, 1.0)
@@ -518,23 +471,15 @@ def _estimate_failures(
 
 
 async def _plan(check: PlanCheck, endpoint: RunEndpoint) -> _Outcome:
-    options = "ANALYZE, FORMAT JSON" if check.analyze else "FORMAT JSON"
     conn = await _connect(check.role, check.login, check.database, endpoint)
     try:
-        if check.analyze:
-            # ANALYZE executes the statement: whatever it writes is rolled back.
-            tx = conn.transaction()
-            await tx.start()
-            try:
-                raw = await conn.fetchval(f"EXPLAIN ({options}) {check.sql}", timeout=60)
-            finally:
-                await tx.rollback()
-        else:
-            raw = await conn.fetchval(f"EXPLAIN ({options}) {check.sql}", timeout=60)
+        explain = sessions_of(conn).explain
+        if explain is None:
+            raise CheckUnavailable("this engine's plans cannot be read (no plan check)")
+        nodes = await explain(conn, check.sql, check.analyze)
     finally:
         await conn.close(timeout=5)
-    document = json.loads(raw) if isinstance(raw, str) else raw
-    failed, summary = judge_plan(check, plan_nodes(document[0]["Plan"]))
+    failed, summary = judge_plan(check, nodes)
     return _Outcome(not failed, summary)
 
 

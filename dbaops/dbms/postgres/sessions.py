@@ -14,6 +14,7 @@ from dbaops.dbms.postgres.endpoint import (
     Endpoint,
     quote_ident,
 )
+from dbaops.dbms.postgres.plans import explain
 from dbaops.dbms.session_kinds import ISOLATION, EngineSessions, SessionDialect
 
 
@@ -72,5 +73,6 @@ SESSIONS = EngineSessions(
     connection_errors=CONNECTION_ERRORS,
     lost_server_errors=(asyncpg.PostgresConnectionError,),
     prepared_executor=statement_executor,
+    explain=explain,
     stale_statement_errors=(asyncpg.InvalidCachedStatementError, asyncpg.OutdatedSchemaCacheError),
 )
