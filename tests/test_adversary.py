@@ -15,8 +15,8 @@ import pytest
 
 from dbaops.agents.base import AgentSession
 from dbaops.dbms.postgres.binaries import installed_majors
-from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
+from dbaops.execution.runner import RunOptions, run_scenario
 from dbaops.record.kinds import ToolCallRecord
 from dbaops.record.trace import read_trace
 from dbaops.scenario.loader import timelines_dir

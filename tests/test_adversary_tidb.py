@@ -19,8 +19,8 @@ import pytest
 
 from dbaops.agents.base import AgentSession
 from dbaops.dbms.tidb.binary import TidbBinary
-from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
+from dbaops.execution.runner import RunOptions, run_scenario
 from dbaops.testing.offline import score_without_drivers
 
 pytestmark = pytest.mark.anyio

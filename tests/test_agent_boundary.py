@@ -9,10 +9,10 @@ import yaml
 
 from dbaops.agents.base import AgentSession, load_agent
 from dbaops.dbms.dialect import engine_dialect
-from dbaops.engine.runner import RunOptions, run_scenario
-from dbaops.engine.validate import validate
-from dbaops.engine.validation_report import scenario_records
 from dbaops.evaluation.score import score_run, server_crashed
+from dbaops.execution.runner import RunOptions, run_scenario
+from dbaops.execution.validate import validate
+from dbaops.execution.validation_report import scenario_records
 from dbaops.record.kinds import CRASH_EXPECTED, ActorRecord, ToolCallRecord
 from dbaops.record.trace import read_trace
 from dbaops.scenario.loader import timelines_dir

@@ -9,8 +9,8 @@ import anyio
 import pytest
 
 from dbaops.agents.base import AgentSession
-from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
+from dbaops.execution.runner import RunOptions, run_scenario
 from dbaops.record.kinds import PhaseRecord, ToolCallRecord
 from dbaops.record.trace import read_trace
 from dbaops.scenario.loader import load_scenario

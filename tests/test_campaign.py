@@ -98,8 +98,8 @@ def _start_and_interrupt(spec_path: Path, out: Path) -> None:
 
 
 def test_validation_is_a_campaign_preset_of_each_scenarios_own_solutions() -> None:
-    from dbaops.engine.runner import RunOptions
-    from dbaops.engine.validate import validation_campaign
+    from dbaops.execution.runner import RunOptions
+    from dbaops.execution.validate import validation_campaign
 
     spec = validation_campaign(
         ["pg-sf-01", "pg-qt-01"], RunOptions(time_scale=0.05), repeat=2, scales=[1.0, 0.05]
@@ -169,8 +169,8 @@ def test_a_validation_runs_as_ray_tasks_and_is_judged_like_a_local_one(tmp_path:
     """``dbaops validate --executor ray``: the validation's campaign on a local Ray instance,
     its runs judged against their expectations as a local validation's are."""
     from dbaops.campaign.ray_executor import run_on_ray
-    from dbaops.engine.runner import RunOptions
-    from dbaops.engine.validate import summarize_validation, validation_plan
+    from dbaops.execution.runner import RunOptions
+    from dbaops.execution.validate import summarize_validation, validation_plan
 
     scenario = str(SCENARIOS / "t-replica.yaml")
     options = RunOptions(time_scale=0.25, runs_dir=tmp_path)

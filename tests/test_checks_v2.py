@@ -24,16 +24,16 @@ from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.passwords import give_passwords
 from dbaops.dbms.postgres.sampler import MetricSampler
-from dbaops.engine.checks import (
+from dbaops.evaluation.report_checks import judge_report_check
+from dbaops.evaluation.score import score_run
+from dbaops.execution.checks import (
     CheckSources,
     evaluate_check,
     metric_window_stat,
     server_log_matches,
 )
-from dbaops.engine.runner import RunOptions, run_scenario
-from dbaops.engine.serverlog import ServerLogFollower
-from dbaops.evaluation.report_checks import judge_report_check
-from dbaops.evaluation.score import score_run
+from dbaops.execution.runner import RunOptions, run_scenario
+from dbaops.execution.serverlog import ServerLogFollower
 from dbaops.record.kinds import CheckRecord
 from dbaops.record.tables import METRIC_SCHEMA, SAMPLE_SCHEMA, ParquetParts
 from dbaops.record.trace import read_trace

@@ -57,7 +57,7 @@ async def test_wal_archiving_keeps_working_after_repeated_restores() -> None:
 
 async def test_a_second_concurrent_run_on_the_same_cluster_is_refused(tmp_path: Path) -> None:
     from dbaops.dbms.postgres.cluster import ClusterError
-    from dbaops.engine.runner import RunOptions, run_scenario
+    from dbaops.execution.runner import RunOptions, run_scenario
     from dbaops.record.kinds import RunEnd
     from dbaops.record.trace import read_trace
 

@@ -27,9 +27,9 @@ from dbaops.dbms.postgres.container import (
 )
 from dbaops.dbms.postgres.instance_tool import instance_tool
 from dbaops.dbms.serverdir import dbaops_home
-from dbaops.engine.actors import run_fault
-from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
+from dbaops.execution.actors import run_fault
+from dbaops.execution.runner import RunOptions, run_scenario
 from dbaops.record.kinds import ActorRecord
 from dbaops.scenario.faults import CpuLimit, Crash, Freeze, Partition, TablespaceVolume
 from dbaops.scenario.loader import ScenarioError, load_scenario

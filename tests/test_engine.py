@@ -14,8 +14,8 @@ import polars as pl
 import pytest
 
 from dbaops.agents.base import AgentSession
-from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_and_record, score_run
+from dbaops.execution.runner import RunOptions, run_scenario
 from dbaops.record.kinds import CheckRecord, EventRecord, PhaseRecord, RunEnd
 from dbaops.record.tables import read_samples
 from dbaops.record.trace import read_trace

@@ -228,7 +228,7 @@ def test_server_log_checks_read_the_engines_log_stamp() -> None:
     """A TiDB run's server-log check places tidb.log lines in scenario time with TiDB's stamp
     (PostgreSQL's reads none of them)."""
     from dbaops.dbms.dialect import engine_dialect
-    from dbaops.engine.checks import server_log_matches
+    from dbaops.execution.checks import server_log_matches
 
     lines = [
         '[2026/01/01 00:00:10.000 +00:00] [WARN] [session.go:1] ["lock wait timeout"]',
@@ -249,7 +249,7 @@ def test_loading_a_scenario_loads_no_driver_and_no_run_machinery() -> None:
     loaded = _loaded_after(
         "from dbaops.scenario.loader import load_scenario; "
         "load_scenario('pg-sf-01'); load_scenario('tb-rg-01')",
-        {"asyncpg", "aiomysql", "pymysql", "polars", "dbaops.engine.runner"},
+        {"asyncpg", "aiomysql", "pymysql", "polars", "dbaops.execution.runner"},
     )
     assert loaded == []
 

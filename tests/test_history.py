@@ -10,13 +10,13 @@ import pytest
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.postgres.sampler import MetricSampler
-from dbaops.engine.history import (
+from dbaops.execution.history import (
     densified_metrics,
     densified_samples,
     effective_history,
     history_density,
 )
-from dbaops.engine.runner import RunOptions, run_scenario
+from dbaops.execution.runner import RunOptions, run_scenario
 from dbaops.record.kinds import PhaseRecord
 from dbaops.record.tables import METRIC_SCHEMA, SAMPLE_SCHEMA, read_metrics, read_samples
 from dbaops.record.trace import read_trace

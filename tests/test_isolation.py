@@ -189,7 +189,7 @@ async def test_set_parameter_takes_names_from_the_server_not_from_the_agent(
 
 @pytest.mark.skipif(not running_as_root(), reason="the server runs as another OS user only as root")
 async def test_the_servers_os_user_cannot_read_harness_files(tmp_path: Path) -> None:
-    from dbaops.engine.runner import RunOptions, run_scenario
+    from dbaops.execution.runner import RunOptions, run_scenario
     from dbaops.scenario.loader import timelines_dir
 
     # Under the (world-traversable) test home, so only dbaops' own permissions protect it.

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
+from dbaops.execution.runner import RunOptions, run_scenario
 from dbaops.record.kinds import CheckRecord, PhaseRecord
 from dbaops.record.tables import read_samples
 from dbaops.record.trace import read_trace
@@ -120,7 +120,7 @@ def test_ledger_checks_belong_in_the_evaluation_and_count_templates_a_workload_r
 async def test_a_view_swapped_in_under_a_counted_name_is_refused_before_its_code_runs() -> None:
     """``count_rows_of`` reads table names: a view the agent puts under one (whose function
     would run in the harness's session) is refused by the count itself, never read."""
-    from dbaops.engine.checks import ledger_baselines
+    from dbaops.execution.checks import ledger_baselines
     from dbaops.testing.shop import small_shop
 
     async with small_shop("t-ledger-view") as endpoint:

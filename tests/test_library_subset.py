@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dbaops.engine.runner import RunOptions
-from dbaops.engine.validate import validate
-from dbaops.engine.validation_report import read_report, scale_flips
+from dbaops.execution.runner import RunOptions
+from dbaops.execution.validate import validate
+from dbaops.execution.validation_report import read_report, scale_flips
 from dbaops.scenario.consistency import scenario_parts
 from dbaops.scenario.faults import FaultSpec
 from dbaops.scenario.loader import definition_key, load_scenario, timelines_dir

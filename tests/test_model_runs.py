@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
+from dbaops.execution.runner import RunOptions, run_scenario
 from dbaops.models import RetryPolicy
 from dbaops.record.kinds import PhaseRecord, ToolCallRecord
 from dbaops.record.trace import read_trace

@@ -9,8 +9,8 @@ import pytest
 
 from dbaops.agents.base import AgentSession
 from dbaops.dbms.postgres.cluster import PostgresCluster
-from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
+from dbaops.execution.runner import RunOptions, run_scenario
 from dbaops.record.kinds import PhaseRecord, RunHeader, ToolCallRecord
 from dbaops.record.layout import RunDir
 from dbaops.record.tables import read_samples

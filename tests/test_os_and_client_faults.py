@@ -18,8 +18,8 @@ from dbaops.dbms.dialect import engine_dialect
 from dbaops.dbms.postgres.cluster import ClusterError, PostgresCluster
 from dbaops.dbms.postgres.passwords import give_passwords
 from dbaops.dbms.postgres.volumes import volume_support_problem
-from dbaops.engine.actors import FaultError, run_fault
 from dbaops.evaluation.score import server_crashed
+from dbaops.execution.actors import FaultError, run_fault
 from dbaops.record.kinds import ActorRecord
 from dbaops.scenario.faults import (
     EditConfig,
@@ -127,7 +127,7 @@ async def test_an_interrupted_concurrent_index_build_is_made_for_real(
 
 
 async def test_server_timers_are_written_in_scenario_time(own_cluster: PostgresCluster) -> None:
-    from dbaops.engine.scaled_settings import apply_scaled_settings
+    from dbaops.execution.scaled_settings import apply_scaled_settings
 
     sc = load_scenario("pg-sf-01")[0]
     sc = sc.model_copy(

@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 from dbaops.dbms.postgres.cluster import PostgresCluster
-from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
+from dbaops.execution.runner import RunOptions, run_scenario
 from dbaops.record.kinds import ToolCallRecord
 from dbaops.record.tables import read_samples
 from dbaops.record.trace import read_trace

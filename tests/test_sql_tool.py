@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dbaops.agents.base import AgentSession
-from dbaops.engine.runner import RunOptions, run_scenario
+from dbaops.execution.runner import RunOptions, run_scenario
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,8 @@ import yaml
 
 from dbaops.dbms.postgres.cluster import PostgresCluster
 from dbaops.dbms.postgres.survey import SURVEY_PROBES
-from dbaops.engine.survey import metric_series_counts, surface_queries, take_survey
 from dbaops.evaluation.difficulty import label_difficulty
+from dbaops.execution.survey import metric_series_counts, surface_queries, take_survey
 from dbaops.record.kinds import MetricSeriesCount, SurveyProbe, SurveyRecord, ToolCallRecord
 from dbaops.scenario.loader import ScenarioError, load_scenario, timelines_dir
 from dbaops.scenario.specs import DifficultySpec

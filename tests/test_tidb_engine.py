@@ -19,7 +19,7 @@ from dbaops.dbms.tidb.knowledge import error_units, variable_units
 from dbaops.dbms.tidb.metrics import COUNTERS, GAUGES, REGISTRY
 from dbaops.dbms.tidb.sampler import TidbMetricSampler, parse_prometheus
 from dbaops.dbms.tidb.serverlog import slow_log_stamp
-from dbaops.engine.checks import ledger_baselines
+from dbaops.execution.checks import ledger_baselines
 from dbaops.mailbox import Mailbox
 from dbaops.record.tables import SAMPLE_SCHEMA
 from dbaops.scenario.checks import LedgerCheck

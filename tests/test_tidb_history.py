@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from dbaops.dbms.tidb.binary import TidbBinary
-from dbaops.engine.runner import RunOptions, run_scenario
+from dbaops.execution.runner import RunOptions, run_scenario
 from dbaops.record.kinds import PhaseRecord
 from dbaops.record.tables import read_metrics, read_samples
 from dbaops.record.trace import read_trace

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dbaops.dbms.tidb.binary import TidbBinary
-from dbaops.engine.runner import RunOptions, run_scenario
 from dbaops.evaluation.score import score_run
+from dbaops.execution.runner import RunOptions, run_scenario
 from dbaops.record.kinds import RunHeader, ToolCallRecord
 from dbaops.record.trace import read_trace
 from dbaops.testing import OpenAITestServer, ScriptedResponse

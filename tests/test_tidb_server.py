@@ -264,8 +264,8 @@ async def test_a_tidb_instance_fault_that_fails_is_recorded_and_the_run_goes_on(
     server exits at once (here a binary that is not a tidb-server) is on record as failed,
     with the reason, instead of ending the run."""
     from dbaops.clock import ScenarioClock
-    from dbaops.engine.actors import ActorContext
-    from dbaops.engine.timeline import _event_actor
+    from dbaops.execution.actors import ActorContext
+    from dbaops.execution.timeline import _event_actor
     from dbaops.record.kinds import EventRecord, Record
     from dbaops.scenario.faults import InstanceControl
     from dbaops.scenario.model import Event

@@ -22,7 +22,7 @@ from dbaops.dbms.sessions import (
 from dbaops.dbms.tidb.binary import TidbBinary
 from dbaops.dbms.tidb.connection import MysqlConnectionLost, MysqlServerError, fill_placeholders
 from dbaops.dbms.tidb.server import TidbServer
-from dbaops.engine.runner import RunOptions, run_scenario
+from dbaops.execution.runner import RunOptions, run_scenario
 from dbaops.scenario.loader import ScenarioError, load_scenario, timelines_dir
 from dbaops.testing.tidb import tidb_with_agent
 
@@ -230,7 +230,7 @@ async def test_killing_a_session_that_holds_buffered_writes_leaves_the_server_up
 
 async def test_every_survey_probe_reads_the_embedded_server(server: TidbServer) -> None:
     from dbaops.dbms.tidb.survey import SURVEY_PROBES
-    from dbaops.engine.survey import take_survey
+    from dbaops.execution.survey import take_survey
     from dbaops.scenario.specs import DifficultySpec
 
     spec = DifficultySpec(path=["a", "b"], modalities={"sql": {"causal": "shop"}})

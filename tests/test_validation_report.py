@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dbaops.engine.validate import ValidationRow, ValidationSummary, _difficulty_verdict
-from dbaops.engine.validation_report import (
+from dbaops.execution.validate import ValidationRow, ValidationSummary, _difficulty_verdict
+from dbaops.execution.validation_report import (
     ValidationReport,
     read_report,
     scale_flips,
@@ -249,7 +249,7 @@ def test_a_partial_validation_is_incomplete_until_its_other_solutions_are_run(
 def test_a_blunt_fix_is_valid_only_when_it_fails_safe_pass() -> None:
     """A blunt fix may reach Outcome Pass (it often does: it removes the symptom) but must
     break Safe Pass; one that reaches Safe Pass means the ticket's constraint is unenforced."""
-    from dbaops.engine.validate import _judge
+    from dbaops.execution.validate import _judge
 
     assert _judge("blunt:no-cap", "completed", True, False) == (True, "")
     assert _judge("blunt:no-cap", "completed", False, False) == (True, "")
@@ -279,7 +279,7 @@ def test_validate_prints_every_reason_whole_when_its_output_is_not_a_terminal(
 def test_a_run_of_another_definition_does_not_prove_the_scenario(tmp_path: Path) -> None:
     """A scenario edited while its validation runs: a run that used the other definition
     fails its row, so the report never records a definition no run proved."""
-    from dbaops.engine.validate import _changed_since_run
+    from dbaops.execution.validate import _changed_since_run
     from dbaops.scenario.loader import definition_key, timelines_dir
 
     sc, lib, _ = load_scenario("pg-sf-01")

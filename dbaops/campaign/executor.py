@@ -20,8 +20,8 @@ from dbaops.campaign.manifest import (
     plan,
 )
 from dbaops.campaign.spec import CampaignSpec
-from dbaops.engine.runner import RunMonitor, RunOptions, run_scenario
 from dbaops.evaluation.score import score_and_record
+from dbaops.execution.runner import RunMonitor, RunOptions, run_scenario
 from dbaops.scenario.loader import load_scenario
 
 

@@ -33,8 +33,8 @@ def remote_run(spec_json: str, run_json: str, slot: int) -> RemoteRun:
     """The Ray task: run one planned run in a private runs directory on this worker, on the
     cluster of its ``slot`` (no two tasks of one slot run at once), and pack the run
     directory."""
-    from dbaops.engine.runner import RunMonitor, run_scenario
     from dbaops.evaluation.score import score_and_record
+    from dbaops.execution.runner import RunMonitor, run_scenario
 
     spec = CampaignSpec.model_validate_json(spec_json)
     run = PlannedRun.model_validate_json(run_json)

@@ -21,8 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from dbaops.engine.validate import ValidationSummary
     from dbaops.evaluation.score import RunVerdict
+    from dbaops.execution.validate import ValidationSummary
 
 #: Exit status of `dbaops persistent|bounded` by run status (scripts tell infra errors apart).
 EXIT_CODES = {"completed": 0, "failed": 1, "infra_error": 3, "not_manifested": 4}
@@ -123,7 +123,7 @@ def _run(
     verbose: bool,
 ) -> None:
     from dbaops.cli.live import render
-    from dbaops.engine.runner import RunMonitor, RunOptions, run_scenario
+    from dbaops.execution.runner import RunMonitor, RunOptions, run_scenario
     from dbaops.scenario.loader import ScenarioError, load_scenario
 
     _configure_logging(verbose)
@@ -190,8 +190,8 @@ def _run(
 
             score_and_record(monitor.run_dir)  # what it got to, scored as any run
         raise typer.Exit(130) from None
-    from dbaops.engine.runner import RunResult
     from dbaops.evaluation.score import score_and_record
+    from dbaops.execution.runner import RunResult
 
     assert isinstance(result, RunResult)
     console.print(
@@ -653,9 +653,9 @@ def validate(
     from dbaops.campaign.executor import CampaignError
     from dbaops.campaign.manifest import Manifest
     from dbaops.cli.live import campaign_view
-    from dbaops.engine.runner import RunOptions
-    from dbaops.engine.validate import summarize_validation, validation_plan
-    from dbaops.engine.validate import validate as run_validation
+    from dbaops.execution.runner import RunOptions
+    from dbaops.execution.validate import summarize_validation, validation_plan
+    from dbaops.execution.validate import validate as run_validation
     from dbaops.scenario.loader import ScenarioError, definition_key, load_scenario, timelines_dir
 
     if executor not in ("local", "ray"):
@@ -726,7 +726,7 @@ def validate(
         markdown.write_text(summary.markdown())
         console.print(f"wrote {markdown}")
     if report is not None:
-        from dbaops.engine.validation_report import read_report, scenario_records, write_report
+        from dbaops.execution.validation_report import read_report, scenario_records, write_report
 
         # the definitions as they are now, which every run was checked against (a run that
         # used another one failed its row)

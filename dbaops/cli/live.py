@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dbaops.campaign.manifest import Manifest
-from dbaops.engine.runner import RunMonitor
+from dbaops.execution.runner import RunMonitor
 from dbaops.workloads.sink import workload_stat
 
 

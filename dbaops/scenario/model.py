@@ -264,7 +264,7 @@ class DatabaseSpec(StrictModel):
 
 
 class History(StrictModel):
-    """Workload history before the incident (see :mod:`dbaops.engine.history`): the
+    """Workload history before the incident (see :mod:`dbaops.execution.history`): the
     scenario's OLTP and background workloads run on the clean fixture, before construction,
     for ``duration_s`` scenario seconds at ``scale`` wall seconds per scenario second."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.postgres.cluster import PostgresCluster
-from dbaops.engine.actors import ActorContext, StandbyAccess
+from dbaops.execution.actors import ActorContext, StandbyAccess
 from dbaops.record.kinds import Record
 
 

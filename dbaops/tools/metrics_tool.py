@@ -9,13 +9,13 @@ import polars as pl
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.dialect import EngineDialect
-from dbaops.engine.metrics_query import (
+from dbaops.execution.metrics_query import (
     UnknownMetricError,
     format_series,
     list_metrics,
     query_series,
 )
-from dbaops.engine.metrics_registry import JUDGE_ONLY_METRICS
+from dbaops.execution.metrics_registry import JUDGE_ONLY_METRICS
 from dbaops.tools.base import Tool, ToolResult, ToolSpec
 
 WORKLOAD_METRICS = {

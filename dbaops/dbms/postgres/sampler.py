@@ -81,7 +81,7 @@ from dbaops.dbms.postgres.metrics_sql import (
     build_tag_sql,
     probe,
 )
-from dbaops.engine.metrics_query import (
+from dbaops.execution.metrics_query import (
     MetricInfo,
     UnknownMetricError,
     format_metric_list,
@@ -89,7 +89,7 @@ from dbaops.engine.metrics_query import (
     list_metrics,
     query_series,
 )
-from dbaops.engine.metrics_registry import metric_kind
+from dbaops.execution.metrics_registry import metric_kind
 from dbaops.record.metric_rows import MetricRows
 from dbaops.record.tables import ParquetParts
 

@@ -2,7 +2,7 @@
 
 The harness runs these (read-only, as its own hidden session) once when the agent starts, so a
 scenario's environmental complexity C_s is counted over what the environment shows, not over
-how a reference run happened to word its queries (:mod:`dbaops.engine.survey`). Rows are
+how a reference run happened to word its queries (:mod:`dbaops.execution.survey`). Rows are
 capped so one busy table cannot swamp the others.
 """
 

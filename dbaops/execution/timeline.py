@@ -13,9 +13,9 @@ from dbaops.agents.base import Budget
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.errors import InstanceError
 from dbaops.dbms.sessions import CONNECTION_ERRORS, SERVER_ERRORS, RunEndpoint
-from dbaops.engine.actors import ActorContext, FaultError, run_fault
-from dbaops.engine.checks import CheckSources, evaluate_check
-from dbaops.engine.state_probe import StateProbe
+from dbaops.execution.actors import ActorContext, FaultError, run_fault
+from dbaops.execution.checks import CheckSources, evaluate_check
+from dbaops.execution.state_probe import StateProbe
 from dbaops.record.kinds import CheckRecord, EventRecord
 from dbaops.record.trace import RecordSink
 from dbaops.scenario.checks import CheckSpec, ReportCheck

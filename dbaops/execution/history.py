@@ -38,7 +38,7 @@ import polars as pl
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.interface import DatabaseEngine, DatabaseServer
 from dbaops.dbms.sessions import RunEndpoint
-from dbaops.engine.metrics_registry import metric_kind_expr
+from dbaops.execution.metrics_registry import metric_kind_expr
 from dbaops.record.layout import METRICS_FILE, METRICS_PARTS, SAMPLES_FILE, SAMPLES_PARTS
 from dbaops.record.tables import METRIC_SCHEMA, SAMPLE_SCHEMA, ParquetParts, read_parts
 from dbaops.scenario.model import History, Scenario

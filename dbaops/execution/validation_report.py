@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 import dbaops
-from dbaops.engine.validate import ValidationRow, ValidationSummary
+from dbaops.execution.validate import ValidationRow, ValidationSummary
 
 REPORT_JSON = "validation.json"
 REPORT_MARKDOWN = "VALIDATION.md"

@@ -22,8 +22,8 @@ from pydantic import BaseModel, Field
 from dbaops.campaign.executor import run_campaign
 from dbaops.campaign.manifest import Manifest, PlannedRun
 from dbaops.campaign.spec import CampaignSpec
-from dbaops.engine.runner import RunOptions
 from dbaops.evaluation.difficulty import DifficultyLabel, label_difficulty
+from dbaops.execution.runner import RunOptions
 from dbaops.record.kinds import Record, SurveyRecord
 from dbaops.record.load import load_run
 from dbaops.scenario.loader import ScenarioError, definition_key, load_scenario

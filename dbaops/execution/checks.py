@@ -24,7 +24,7 @@ import polars as pl
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.plans import PlanNode
 from dbaops.dbms.sessions import SERVER_ERRORS, RunEndpoint, Session, session_dialect, sessions_of
-from dbaops.engine.metrics_registry import metric_kind
+from dbaops.execution.metrics_registry import metric_kind
 from dbaops.record.kinds import CheckRecord
 from dbaops.scenario.checks import (
     BaselineWindow,

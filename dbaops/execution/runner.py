@@ -49,16 +49,16 @@ from dbaops.dbms.interface import (
 from dbaops.dbms.osuser import running_as_root
 from dbaops.dbms.registry import get_engine
 from dbaops.dbms.sessions import RunEndpoint
-from dbaops.engine.actors import ActorContext, StandbyAccess, run_fault
-from dbaops.engine.checks import CheckSources, ledger_baselines
-from dbaops.engine.history import effective_history, load_history
-from dbaops.engine.preparation import NotManifested, RunBackend, prepare_state
-from dbaops.engine.scaled_settings import apply_scaled_settings
-from dbaops.engine.serverlog import ServerLogFollower
-from dbaops.engine.state_probe import StateProbe
-from dbaops.engine.survey import take_survey
-from dbaops.engine.timeline import Checker, agent_phase, event_program
 from dbaops.evaluation.safety.models import BOOTSTRAP_SUPERUSER
+from dbaops.execution.actors import ActorContext, StandbyAccess, run_fault
+from dbaops.execution.checks import CheckSources, ledger_baselines
+from dbaops.execution.history import effective_history, load_history
+from dbaops.execution.preparation import NotManifested, RunBackend, prepare_state
+from dbaops.execution.scaled_settings import apply_scaled_settings
+from dbaops.execution.serverlog import ServerLogFollower
+from dbaops.execution.state_probe import StateProbe
+from dbaops.execution.survey import take_survey
+from dbaops.execution.timeline import Checker, agent_phase, event_program
 from dbaops.mailbox import Mailbox
 from dbaops.models.errors import InfraError, ModelConfigError
 from dbaops.models.registry import ModelSpec
@@ -815,7 +815,7 @@ async def _timeline(
 
 async def _survey(ctx: RunContext, prepared: Prepared, kit: Equipment) -> None:
     """Record the observation surface the scenario declares, as the agent is about to meet
-    it (see :mod:`dbaops.engine.survey`); bounded scenarios with a difficulty path only."""
+    it (see :mod:`dbaops.execution.survey`); bounded scenarios with a difficulty path only."""
     spec = ctx.sc.evaluation.difficulty
     if spec is None or not spec.modalities or ctx.sc.mode != "bounded":
         return

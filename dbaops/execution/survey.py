@@ -15,7 +15,7 @@ import polars as pl
 
 from dbaops.dbms.dialect import survey_probes
 from dbaops.dbms.sessions import CONNECTION_ERRORS, SERVER_ERRORS, RunEndpoint
-from dbaops.engine.metrics_registry import JUDGE_ONLY_METRICS
+from dbaops.execution.metrics_registry import JUDGE_ONLY_METRICS
 from dbaops.record.kinds import MetricSeriesCount, SurveyProbe, SurveyRecord
 from dbaops.scenario.specs import (
     STANDARD,

@@ -27,7 +27,7 @@ import polars as pl
 from pydantic import BaseModel
 
 from dbaops.dbms.metric_spec import MetricSpec
-from dbaops.engine.metrics_registry import ALL_METRICS, metric_kind_expr
+from dbaops.execution.metrics_registry import ALL_METRICS, metric_kind_expr
 from dbaops.record.tables import METRIC_SCHEMA
 
 _SELECTOR = re.compile(r"\s*([^{}\s]+)\s*(?:\{([^{}]*)\})?\s*")

@@ -9,7 +9,7 @@ baseline the judge compares with."""
 from __future__ import annotations
 
 from dbaops.dbms.sessions import endpoint_dialect
-from dbaops.engine.actors import ActorContext, FaultError
+from dbaops.execution.actors import ActorContext, FaultError
 from dbaops.record.kinds import PhaseRecord
 from dbaops.record.trace import RecordSink
 from dbaops.scenario.model import Scenario

@@ -18,9 +18,9 @@ from dbaops.clock import ScenarioClock
 from dbaops.dbms.interface import DatabaseEngine, DatabaseServer, SnapshotStore
 from dbaops.dbms.registry import get_engine
 from dbaops.dbms.sessions import RunEndpoint
-from dbaops.engine.actors import ActorContext, run_fault
-from dbaops.engine.checks import evaluate_check
-from dbaops.engine.history import record_history
+from dbaops.execution.actors import ActorContext, run_fault
+from dbaops.execution.checks import evaluate_check
+from dbaops.execution.history import record_history
 from dbaops.record.kinds import PhaseRecord
 from dbaops.record.trace import RecordSink
 from dbaops.scenario.consistency import construction_sql
