@@ -4,6 +4,7 @@ the engine rather than the run directory (no database needed)."""
 from __future__ import annotations
 
 import ast
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -291,3 +292,61 @@ def _loaded_after(code: str, modules: set[str]) -> list[str]:
     probe = f"import sys; {code}; print(sorted(set({sorted(modules)!r}) & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     return list(ast.literal_eval(out.stdout.strip().splitlines()[-1]))
+
+
+def test_an_engine_outside_dbaops_registers_by_entry_point(tmp_path: Path) -> None:
+    """A distribution that declares ``dbaops.engines = {name} = package`` adds an engine:
+    its driver-free dialect is found by name, and the scenario validator asks its
+    capabilities (nothing in dbaops names it)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    package = tmp_path / "fakedb"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    postgres = "from dbaops.dbms.postgres.dialect import DIALECT as PG\n"
+    (package / "dialect.py").write_text(
+        postgres
+        + textwrap.dedent(
+            """
+            import dataclasses
+            from dbaops.dbms.capabilities import EngineCapabilities
+            DIALECT = dataclasses.replace(
+                PG, name="fakedb", release=lambda v: v.split(" ")[-1],
+                capabilities=EngineCapabilities(
+                    fault_kinds=frozenset({"sql"}), check_kinds=frozenset({"sql"})),
+            )
+            """
+        )
+    )
+    dist = tmp_path / "fakedb-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fakedb\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[dbaops.engines]\nfakedb = fakedb\n")
+    probe = textwrap.dedent(
+        """
+        from dbaops.dbms.dialect import engine_dialect, engine_packages
+        print(sorted(engine_packages()))
+        d = engine_dialect("fakedb")
+        print(d.release("FakeDB 3.1"), sorted(d.capabilities.fault_kinds))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["['fakedb', 'postgres', 'tidb']", "3.1 ['sql']"]
+
+
+def test_a_server_version_is_listed_as_the_engines_release() -> None:
+    from dbaops.dbms.dialect import engine_dialect
+    from dbaops.record.layout import RunDir
+
+    assert engine_dialect("tidb").release("8.0.11-TiDB-v9.0.0-master") == "9.0.0-master"
+    assert engine_dialect("postgres").release("15.20") == "15.20"
+    assert RunDir(Path("r")).engine_log("fakedb", "primary") == Path("r/fakedb-primary.log")

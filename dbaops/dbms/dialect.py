@@ -70,6 +70,8 @@ class EngineDialect:
     scenario_problems: Callable[[Any, Any, Any], list[str]]
     #: The scenario features the engine supports (fault and check kinds, standby, ...).
     capabilities: EngineCapabilities
+    #: The server's version as reports list it, from what the server says of itself.
+    release: Callable[[str], str] = lambda version: version
 
 
 #: The entry-point group engines register in: ``name = "package"``, where ``package`` has a

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from dbaops.campaign.executor import run_campaign
 from dbaops.campaign.manifest import Manifest, PlannedRun
 from dbaops.campaign.spec import CampaignSpec
+from dbaops.dbms.dialect import engine_dialect, engine_packages
 from dbaops.evaluation.difficulty import DifficultyLabel, label_difficulty
 from dbaops.execution.runner import RunOptions
 from dbaops.record.kinds import Record, SurveyRecord
@@ -304,11 +305,11 @@ def _changed_since_run(key: str, run_dir: Path) -> str | None:
 
 
 def _server_version(engine: str, version: str | None) -> str | None:
-    """The server's version as the report lists it: TiDB's release (``VERSION()`` says
-    ``8.0.11-TiDB-v9.0.0-…``, a MySQL version first), PostgreSQL's as it says it."""
-    if version and engine == "tidb" and "-TiDB-" in version:
-        return version.split("-TiDB-", 1)[1].lstrip("v")
-    return version
+    """The server's version as the report lists it (the engine's release: TiDB's
+    ``VERSION()`` says ``8.0.11-TiDB-v9.0.0-…``, a MySQL version first)."""
+    if not version or engine not in engine_packages():
+        return version
+    return engine_dialect(engine).release(version)
 
 
 def _flips(rows: list[ValidationRow]) -> list[str]:

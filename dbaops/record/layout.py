@@ -31,7 +31,8 @@ METRICS_PARTS = "metrics"
 SERVER_LOG_FILE = "postgresql.log"
 STANDBY_LOG_FILE = "standby.log"
 #: The run-directory file of each server log, by engine and log role (what the engine's
-#: backend calls it in ``log_files()``).
+#: backend calls it in ``log_files()``); kept as runs written before have them. Any other
+#: engine's log is ``<engine>-<role>.log``.
 SERVER_LOG_FILES = {
     ("postgres", "primary"): SERVER_LOG_FILE,
     ("postgres", "standby"): STANDBY_LOG_FILE,
@@ -86,7 +87,7 @@ class RunDir:
 
     def engine_log(self, engine: str, role: str) -> Path:
         """Where the run keeps ``engine``'s log of ``role`` (primary, standby, slow)."""
-        return self.path / SERVER_LOG_FILES[(engine, role)]
+        return self.path / SERVER_LOG_FILES.get((engine, role), f"{engine}-{role}.log")
 
     @property
     def mailbox(self) -> Path:

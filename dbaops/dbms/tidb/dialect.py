@@ -45,6 +45,10 @@ DIALECT = EngineDialect(
     survey_probes=SURVEY_PROBES,
     scenario_problems=_scenario_problems,
     instance_actions=("status", "set_variable", "restart", "stop", "start"),
+    # VERSION() says 8.0.11-TiDB-v9.0.0-..., a MySQL version first
+    release=lambda version: (
+        version.split("-TiDB-", 1)[1].lstrip("v") if "-TiDB-" in version else version
+    ),
     capabilities=EngineCapabilities(
         # the rest act on PostgreSQL's configuration files or on a container's machine
         fault_kinds=frozenset({"sql", "hold_transaction", "load", "idle_connections", "instance"}),
