@@ -11,7 +11,8 @@ What the suite holds an engine to: the server opens and says what it is; a snaps
 restored forgets what was written after it; the fixture of the engine's library builds; the
 agent's five tools work on it (the SQL tool, a setting changed through the instance tool and
 read back by the harness, a restart, the log tool, the knowledge base, the metric tool that
-describes this engine's metrics); a real server log line reads through the dialect's stamp;
+describes this engine's metrics); each declared fault kind that needs no host or container
+applies; a real server log line reads through the dialect's stamp;
 a terminated session is logged without looking like a crash; what the engine declares
 (fault, check and instance kinds) is something the format has.
 """
@@ -28,11 +29,13 @@ from typing import Any, get_args
 
 import anyio
 import polars as pl
+from pydantic import TypeAdapter
 
 from dbaops.clock import ScenarioClock
 from dbaops.dbms.dialect import EngineDialect, engine_dialect, engine_packages
 from dbaops.dbms.interface import DatabaseEngine, DatabaseServer, Observations, ServerRequest
 from dbaops.dbms.registry import get_engine
+from dbaops.execution.actors import ActorContext, run_fault
 from dbaops.mailbox import Mailbox
 from dbaops.record.tables import SAMPLE_SCHEMA
 from dbaops.scenario.checks import CheckSpec
@@ -276,6 +279,68 @@ async def check_declared_kinds(cs: ContractServer) -> None:
     assert cs.engine.dialect == cs.dialect.sql_dialect
 
 
+#: Fault kinds the suite applies on every engine that declares them (the rest act on the
+#: server's host or container: tests/test_os_and_client_faults.py, tests/test_containers.py).
+EXERCISED_FAULTS = (
+    "sql",
+    "hold_transaction",
+    "load",
+    "idle_connections",
+    "set_setting",
+    "instance",
+)
+
+
+def _minimal_fault(kind: str, cs: ContractServer, login_role: str) -> FaultSpec:
+    """The smallest fault of ``kind``: it must apply and leave the server answering."""
+    minimal: dict[str, dict[str, Any]] = {
+        "sql": {"sql": "SELECT 1"},
+        "hold_transaction": {
+            "application_name": "contract",
+            "statements": ["SELECT 1"],
+            "duration_s": 0.5,
+        },
+        "load": {"statements": ["SELECT 1"], "duration_s": 0.5, "pause_ms": 50},
+        "idle_connections": {"role": login_role, "count": 2, "duration_s": 0.5},
+        "set_setting": {"name": cs.contract.setting, "value": cs.contract.setting_value},
+        "instance": {"action": "restart"},
+    }
+    data = minimal[kind]
+    adapter: TypeAdapter[FaultSpec] = TypeAdapter(FaultSpec)
+    return adapter.validate_python({"kind": kind, **data})
+
+
+async def check_declared_faults(cs: ContractServer) -> None:
+    """Every fault kind the engine declares among :data:`EXERCISED_FAULTS` applies on the
+    fixture (a live actor runs its course) and the server answers after it."""
+    sc, lib, _ = load_scenario(cs.contract.scenario)
+    login_role = next(r.name for r in lib.roles if r.login and not r.superuser and not r.dba)
+    records: list[object] = []
+    clock = ScenarioClock(1.0)
+
+    class _Trace:
+        def write(self, record: object) -> None:
+            records.append(record)
+
+    ctx = ActorContext(
+        endpoint=cs.server.for_database(lib.database),
+        clock=clock,
+        trace=_Trace(),  # type: ignore[arg-type]
+        instance=cs.server.cluster,
+        host=cs.server.host,
+        label="contract",
+    )
+    kinds = [k for k in EXERCISED_FAULTS if k in cs.dialect.capabilities.fault_kinds]
+    assert {"sql", "instance"} <= set(kinds), "every engine runs SQL and restarts"
+    for kind in kinds:
+        fault = _minimal_fault(kind, cs, login_role)
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                await tg.start(run_fault, fault, ctx)
+        assert await _value(cs, "SELECT 1") in (1, "1"), kind
+    assert records, "the actors record what they did"
+
+
 ContractCheck = Callable[[ContractServer], Awaitable[None]]
 
 
@@ -287,5 +352,6 @@ def contract_checks() -> dict[str, ContractCheck]:
         "declared_kinds": check_declared_kinds,
         "snapshot_round_trip": check_snapshot_round_trip,
         "fixture_and_agent_tools": check_fixture_and_agent_tools,
+        "declared_faults": check_declared_faults,
         "log_stamp_and_termination": check_log_stamp_and_termination,
     }
