@@ -350,3 +350,12 @@ def test_a_server_version_is_listed_as_the_engines_release() -> None:
     assert engine_dialect("tidb").release("8.0.11-TiDB-v9.0.0-master") == "9.0.0-master"
     assert engine_dialect("postgres").release("15.20") == "15.20"
     assert RunDir(Path("r")).engine_log("fakedb", "primary") == Path("r/fakedb-primary.log")
+
+
+def test_a_run_that_cannot_be_scored_gives_no_verdict_and_no_error(tmp_path: Path) -> None:
+    """The caller scores a run once; a directory the scorer cannot read is logged, not
+    raised (the run's own outcome stands), and no verdict.json is written."""
+    from dbaops.evaluation.score import score_and_record
+
+    assert score_and_record(tmp_path) is None
+    assert not (tmp_path / "verdict.json").exists()
