@@ -168,7 +168,7 @@ async def _sql(fault: SqlFault, ctx: ActorContext) -> None:
         await conn.close(timeout=5)
 
 
-def _statement(conn: Session, kind: str, statement: _T | None) -> _T:
+def _statement(kind: str, statement: _T | None) -> _T:
     """One of the engine's statements for a fault, or a clear error where it has none."""
     if statement is None:
         raise FaultError(f"{kind} is not available on this engine")
@@ -181,16 +181,23 @@ async def _server_session(ctx: ActorContext, *, admin: bool = True) -> Session:
     return await ctx.endpoint.harness_connect(database=database, admin=admin)
 
 
-async def _set_setting(fault: SetSetting, ctx: ActorContext) -> None:
+async def run_server_statements(ctx: ActorContext, kind: str, *statements: str | None) -> None:
+    """Server-wide statements of the engine's dialect (None: the engine has none, a
+    :class:`FaultError` before any session opens) on one harness session."""
+    sqls = [_statement(kind, s) for s in statements]
     conn = await _server_session(ctx)
     try:
-        dialect = session_dialect(conn)
-        set_server = _statement(conn, fault.kind, dialect.set_server_setting)
-        await conn.execute(set_server(fault.name, fault.value))
-        if not fault.restart:
-            await conn.execute(_statement(conn, fault.kind, dialect.reload_config))
+        for sql in sqls:
+            await conn.execute(sql)
     finally:
         await conn.close(timeout=5)
+
+
+async def _set_setting(fault: SetSetting, ctx: ActorContext) -> None:
+    dialect = endpoint_dialect(ctx.endpoint)
+    setting = _statement(fault.kind, dialect.set_server_setting)(fault.name, fault.value)
+    reload = [] if fault.restart else [dialect.reload_config]
+    await run_server_statements(ctx, fault.kind, setting, *reload)
     if fault.restart:
         if ctx.instance is None:
             raise FaultError("set_setting with restart needs instance control (embedded backend)")
@@ -217,11 +224,7 @@ def _host(ctx: ActorContext, kind: str) -> ServerHost:
 async def _edit_config(fault: EditConfig, ctx: ActorContext) -> None:
     _host(ctx, fault.kind).edit_config(fault.file, fault.prepend, fault.append, fault.comment_out)
     if fault.then == "reload":
-        conn = await _server_session(ctx)
-        try:
-            await conn.execute(_statement(conn, fault.kind, session_dialect(conn).reload_config))
-        finally:
-            await conn.close(timeout=5)
+        await run_server_statements(ctx, fault.kind, endpoint_dialect(ctx.endpoint).reload_config)
     elif fault.then == "restart":
         if ctx.instance is None:
             raise FaultError("edit_config with restart needs instance control (embedded backend)")
@@ -236,13 +239,9 @@ async def _file_size_limit(fault: FileSizeLimit, ctx: ActorContext) -> None:
 
 
 async def _tablespace_volume(fault: TablespaceVolume, ctx: ActorContext) -> None:
+    create = _statement(fault.kind, endpoint_dialect(ctx.endpoint).create_tablespace)
     location = await _host(ctx, fault.kind).create_volume(fault.name, fault.size_mb)
-    conn = await _server_session(ctx)
-    try:
-        create = _statement(conn, fault.kind, session_dialect(conn).create_tablespace)
-        await conn.execute(create(fault.name, fault.owner, location))
-    finally:
-        await conn.close(timeout=5)
+    await run_server_statements(ctx, fault.kind, create(fault.name, fault.owner, location))
 
 
 def _machine(ctx: ActorContext, kind: str) -> ServerMachine:
@@ -303,11 +302,12 @@ async def _crash(fault: Crash, ctx: ActorContext, ready: TaskStatus[None]) -> No
 
 async def _signal(fault: SignalProcess, ctx: ActorContext) -> None:
     host = _host(ctx, fault.kind)
+    dialect = endpoint_dialect(ctx.endpoint)
+    processes_sql = _statement(fault.kind, dialect.server_processes_sql)
     conn = await _server_session(ctx, admin=False)
     try:
-        dialect = session_dialect(conn)
         rows = await conn.fetch(
-            _statement(conn, fault.kind, dialect.server_processes_sql),
+            processes_sql,
             fault.backend_type,
             fault.application_name,
             fault.role,

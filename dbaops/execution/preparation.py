@@ -30,9 +30,6 @@ from dbaops.scenario.model import History, OlapWorkload, ReplicaSpec, Scenario
 from dbaops.workloads.drivers import result_hash
 from dbaops.workloads.spec import WorkloadLibrary
 
-#: The opened server of a run, whichever engine.
-RunBackend = DatabaseServer
-
 
 class NotManifested(RuntimeError):
     """The scenario's preconditions or manifestation predicates did not hold: the run is not
@@ -42,7 +39,7 @@ class NotManifested(RuntimeError):
 async def prepare_state(
     sc: Scenario,
     lib: WorkloadLibrary,
-    backend: RunBackend,
+    backend: DatabaseServer,
     trace: RecordSink,
     clock: ScenarioClock,
     fresh: bool,
@@ -78,7 +75,7 @@ async def _restore(store: SnapshotStore, key: str, trace: RecordSink) -> dict[st
 async def _build_state(
     sc: Scenario,
     lib: WorkloadLibrary,
-    backend: RunBackend,
+    backend: DatabaseServer,
     trace: RecordSink,
     clock: ScenarioClock,
     history: History | None,
@@ -175,7 +172,7 @@ async def _build_state(
 
 
 async def _make_standby(
-    engine: DatabaseEngine, replica: ReplicaSpec, backend: RunBackend, trace: RecordSink
+    engine: DatabaseEngine, replica: ReplicaSpec, backend: DatabaseServer, trace: RecordSink
 ) -> None:
     """The replica profile's standby, made once the primary is prepared (it goes into the
     snapshot with it)."""
@@ -191,7 +188,7 @@ async def _make_standby(
 
 
 async def _apply_server_settings(
-    engine: DatabaseEngine, settings: dict[str, str], backend: RunBackend, trace: RecordSink
+    engine: DatabaseEngine, settings: dict[str, str], backend: DatabaseServer, trace: RecordSink
 ) -> None:
     """Scenario server settings, captured in the snapshot (the engine's way: PostgreSQL's
     ALTER SYSTEM and a restart, TiDB's SET GLOBAL); a user's server is left as it is."""

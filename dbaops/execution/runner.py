@@ -42,6 +42,7 @@ from dbaops.dbms.dialect import engine_dialect
 from dbaops.dbms.interface import (
     AgentTools,
     DatabaseEngine,
+    DatabaseServer,
     MetricSource,
     Observations,
     ServerRequest,
@@ -53,7 +54,7 @@ from dbaops.evaluation.safety.models import BOOTSTRAP_SUPERUSER
 from dbaops.execution.actors import ActorContext, StandbyAccess, run_fault
 from dbaops.execution.checks import CheckSources, ledger_baselines
 from dbaops.execution.history import effective_history, load_history
-from dbaops.execution.preparation import NotManifested, RunBackend, prepare_state
+from dbaops.execution.preparation import NotManifested, prepare_state
 from dbaops.execution.scaled_settings import apply_scaled_settings
 from dbaops.execution.serverlog import ServerLogFollower
 from dbaops.execution.state_probe import StateProbe
@@ -208,7 +209,7 @@ class RunContext:
     parts: ParquetParts
     sink: SampleSink
     t_start: float = field(default_factory=time.monotonic)
-    backend: RunBackend | None = None
+    backend: DatabaseServer | None = None
     followers: list[ServerLogFollower] = field(default_factory=list)
     metric_parts: ParquetParts | None = None
 
@@ -217,7 +218,7 @@ class RunContext:
 class Prepared:
     """The prepared database of a run."""
 
-    backend: RunBackend
+    backend: DatabaseServer
     meta: dict[str, Any]
     endpoint: RunEndpoint
     standby_endpoint: RunEndpoint | None
@@ -258,7 +259,7 @@ def _protect_from_server(paths: list[Path]) -> None:
             log.warning("cannot restrict a harness path", path=str(path), error=str(exc))
 
 
-def _refuse_elevated(sc: Scenario, backend: RunBackend) -> None:
+def _refuse_elevated(sc: Scenario, backend: DatabaseServer) -> None:
     """A scenario that asks for a superuser agent runs only where the server cannot read
     harness files (as root, with the server under its own service user)."""
     if sc.agent.elevated is None:
@@ -434,7 +435,7 @@ def _backend_of(sc: Scenario, options: RunOptions) -> Literal["embedded", "docke
     return chosen
 
 
-async def _open_server(ctx: RunContext) -> RunBackend:
+async def _open_server(ctx: RunContext) -> DatabaseServer:
     """Start (or connect to) the scenario engine's server."""
     ctx.monitor.phase = "starting server"
     options = ctx.options
@@ -455,15 +456,14 @@ async def _open_server(ctx: RunContext) -> RunBackend:
         server = await ctx.engine.open_server(request, progress)
     except DockerUnavailable as exc:
         raise RunRefused(f"{ctx.sc.id} runs on the docker backend: {exc}") from None
-    backend = server
-    ctx.backend = backend
+    ctx.backend = backend = server
     _refuse_elevated(ctx.sc, backend)
     if backend.snapshots is not None:
         _protect_from_server([backend.snapshots.root])
     return backend
 
 
-async def _prepare(ctx: RunContext, backend: RunBackend) -> Prepared:
+async def _prepare(ctx: RunContext, backend: DatabaseServer) -> Prepared:
     """Restore the dirty state (building its snapshot first when needed), wait for the
     standby, follow the servers' logs."""
     sc, lib = ctx.sc, ctx.lib

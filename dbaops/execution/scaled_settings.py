@@ -9,7 +9,7 @@ baseline the judge compares with."""
 from __future__ import annotations
 
 from dbaops.dbms.sessions import endpoint_dialect
-from dbaops.execution.actors import ActorContext, FaultError
+from dbaops.execution.actors import ActorContext, FaultError, run_server_statements
 from dbaops.record.kinds import PhaseRecord
 from dbaops.record.trace import RecordSink
 from dbaops.scenario.model import Scenario
@@ -43,17 +43,13 @@ async def apply_scaled_settings(
         dialect = endpoint_dialect(ctx.endpoint)
         if ctx.host is None:
             raise FaultError("scaled_settings need the embedded backend (its configuration file)")
-        if dialect.config_file is None or dialect.reload_config is None:
+        if dialect.config_file is None:
             raise FaultError("scaled_settings need an engine with a configuration file")
         values = {name: scaled_value(v, time_scale) for name, v in timers.items()}
         ctx.host.edit_config(
             dialect.config_file, [], [f"{n} = '{v}'" for n, v in values.items()], None
         )
-        conn = await ctx.endpoint.harness_connect(database=dialect.maintenance_database, admin=True)
-        try:
-            await conn.execute(dialect.reload_config)
-        finally:
-            await conn.close(timeout=5)
+        await run_server_statements(ctx, "scaled_settings", dialect.reload_config)
         applied[server] = values
     if applied:
         trace.write(PhaseRecord(phase="scaled_settings", detail=applied))

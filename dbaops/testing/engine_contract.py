@@ -43,6 +43,7 @@ from dbaops.scenario.faults import FaultSpec
 from dbaops.scenario.loader import load_scenario
 from dbaops.tools.names import AGENT_TOOLS
 from dbaops.tools.recording import ToolRecorder
+from dbaops.workloads.spec import WorkloadLibrary
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,11 @@ class EngineContract:
     scenario: str
     #: A global setting the agent's instance tool may change that disturbs nothing.
     setting: str
-    #: The value the suite sets it to.
-    setting_value: str
+    #: Two values the suite may set it to, each with what ``read_setting_sql`` then returns;
+    #: the suite sets one the server does not have yet, so a change that did nothing fails.
+    setting_values: tuple[tuple[str, str], tuple[str, str]]
     #: SQL on a fresh harness session returning the setting's value as text.
     read_setting_sql: str
-    #: What ``read_setting_sql`` returns once the change took effect.
-    setting_shown: str
     #: The instance tool's action that changes a setting (its args: name, value).
     set_action: str
     #: A statement ending session ``{session}`` (its id as ``identify`` gives it).
@@ -128,6 +128,16 @@ async def _execute(cs: ContractServer, sql: str) -> None:
 
 def _lines_of(path: Path) -> Callable[[], list[str]]:
     return lambda: path.read_text(errors="replace").splitlines() if path.exists() else []
+
+
+async def _fixture(cs: ContractServer) -> tuple[WorkloadLibrary, str]:
+    """The contract scenario's library built small on the server (each check that needs it
+    builds it, so every check runs alone too), and a login role of it."""
+    _, lib, _ = load_scenario(cs.contract.scenario)
+    small = {name: min(value, 200) for name, value in lib.params.items()}
+    await cs.engine.build_fixture(cs.server, lib, small, 42, "2026-01-01")
+    login_role = next(r.name for r in lib.roles if r.login and not r.superuser and not r.dba)
+    return lib, login_role
 
 
 # -- the checks --------------------------------------------------------------------------------
@@ -206,19 +216,16 @@ async def check_fixture_and_agent_tools(cs: ContractServer) -> None:
         assert sql.ok, sql.observation
         status = await call["manage_instance"]({"action": "status"})
         assert status.ok, status.observation
+        current = str(await _value(cs, cs.contract.read_setting_sql))
+        value, shown = next(v for v in cs.contract.setting_values if v[1] != current)
         changed = await call["manage_instance"](
-            {
-                "action": cs.contract.set_action,
-                "name": cs.contract.setting,
-                "value": cs.contract.setting_value,
-            }
+            {"action": cs.contract.set_action, "name": cs.contract.setting, "value": value}
         )
         assert changed.ok, changed.observation
-        shown = str(await _value(cs, cs.contract.read_setting_sql))
-        assert shown == cs.contract.setting_shown, shown
+        assert str(await _value(cs, cs.contract.read_setting_sql)) == shown
         restarted = await call["manage_instance"]({"action": "restart"})
         assert restarted.ok, restarted.observation
-        assert str(await _value(cs, cs.contract.read_setting_sql)) == cs.contract.setting_shown
+        assert str(await _value(cs, cs.contract.read_setting_sql)) == shown
         again = await call["execute_sql"]({"sql": "SELECT 1 AS one"})
         assert again.ok, again.observation
         kb = await call["query_knowledge_base"]({"query": "lock wait timeout"})
@@ -227,16 +234,18 @@ async def check_fixture_and_agent_tools(cs: ContractServer) -> None:
         assert listing.ok, listing.observation
     finally:
         await tools.close()
-    assert records, "every call is recorded"
+    assert len(records) == 7, "every call is recorded"
 
 
 async def check_log_stamp_and_termination(cs: ContractServer) -> None:
     """A session ended by the server is logged in lines the dialect's stamp reads (the run's
     time base), and none of them looks like a crash to the engine's crash markers."""
+    lib, login_role = await _fixture(cs)
     path = cs.server.log_files()[cs.contract.log]
     before = path.read_text(errors="replace").splitlines() if path.exists() else []
-    endpoint = cs.server.for_database(cs.contract.database)
-    victim = await endpoint.harness_connect(admin=True)
+    endpoint = cs.server.for_database(lib.database)
+    # a client's session (the harness's own are kept out of the server log)
+    victim = await endpoint.connect(login_role, "contract-victim")
     try:
         session, _ = await endpoint.identify(victim)
         await _execute(cs, cs.contract.terminate_sql.format(session=session))
@@ -253,8 +262,11 @@ async def check_log_stamp_and_termination(cs: ContractServer) -> None:
         except Exception:  # noqa: BLE001, S110 (already gone)
             pass
     assert await _value(cs, "SELECT 1") in (1, "1")  # the server is still up
-    await anyio.sleep(0.5)  # the server's log is written asynchronously
-    lines = path.read_text(errors="replace").splitlines()
+    # the server writes its log asynchronously: wait for the lines the termination wrote,
+    # so the crash check below reads them rather than passing on an unwritten log
+    with anyio.fail_after(30):
+        while len(lines := path.read_text(errors="replace").splitlines()) <= len(before):  # noqa: ASYNC110, E501 - a file another process writes: polled
+            await anyio.sleep(0.2)
     stamps = [s for s in map(cs.dialect.log_line_stamp, lines) if s is not None]
     assert stamps, f"no line of {path} reads through the {cs.engine.name} log stamp"
     for wall, pid in stamps:
@@ -302,7 +314,7 @@ def _minimal_fault(kind: str, cs: ContractServer, login_role: str) -> FaultSpec:
         },
         "load": {"statements": ["SELECT 1"], "duration_s": 0.5, "pause_ms": 50},
         "idle_connections": {"role": login_role, "count": 2, "duration_s": 0.5},
-        "set_setting": {"name": cs.contract.setting, "value": cs.contract.setting_value},
+        "set_setting": {"name": cs.contract.setting, "value": cs.contract.setting_values[0][0]},
         "instance": {"action": "restart"},
     }
     data = minimal[kind]
@@ -313,10 +325,7 @@ def _minimal_fault(kind: str, cs: ContractServer, login_role: str) -> FaultSpec:
 async def check_declared_faults(cs: ContractServer) -> None:
     """Every fault kind the engine declares among :data:`EXERCISED_FAULTS` applies on the
     fixture (a live actor runs its course) and the server answers after it."""
-    sc, lib, _ = load_scenario(cs.contract.scenario)
-    small = {name: min(value, 200) for name, value in lib.params.items()}
-    await cs.engine.build_fixture(cs.server, lib, small, 42, "2026-01-01")  # (runs alone too)
-    login_role = next(r.name for r in lib.roles if r.login and not r.superuser and not r.dba)
+    lib, login_role = await _fixture(cs)
     records: list[object] = []
     clock = ScenarioClock(1.0)
 

@@ -10,9 +10,8 @@ CONTRACT = EngineContract(
     scratch_table="public.contract_marker",
     scenario="pg-qt-01",
     setting="log_autovacuum_min_duration",
-    setting_value="4321",
+    setting_values=(("4321", "4321ms"), ("4322", "4322ms")),
     read_setting_sql="SELECT pg_catalog.current_setting('log_autovacuum_min_duration')",
-    setting_shown="4321ms",
     set_action="set_parameter",
     terminate_sql="SELECT pg_catalog.pg_terminate_backend({session})",
 )

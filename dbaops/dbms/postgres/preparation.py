@@ -8,6 +8,7 @@ import anyio
 
 from dbaops.dbms.postgres.endpoint import Endpoint
 from dbaops.dbms.postgres.server import PostgresBackend
+from dbaops.dbms.postgres.sqltext import quote_literal
 from dbaops.dbms.postgres.statements import (
     StatementKey,
     forget_statements_since,
@@ -22,8 +23,7 @@ async def apply_server_settings(backend: PostgresBackend, settings: dict[str, st
     conn = await backend.admin.harness_connect(admin=True)
     try:
         for name, value in settings.items():
-            quoted = value.replace("'", "''")
-            await conn.execute(f"ALTER SYSTEM SET {name} = '{quoted}'")
+            await conn.execute(f"ALTER SYSTEM SET {name} = {quote_literal(value)}")
     finally:
         await conn.close()
     await backend.cluster.restart()
@@ -62,7 +62,7 @@ async def make_standby(backend: PostgresBackend, replica: ReplicaSpec) -> None:
                 replica.application_name,
             )
             await conn.execute(sql)
-            await conn.execute("SELECT pg_reload_conf()")
+            await conn.execute("SELECT pg_catalog.pg_reload_conf()")
         finally:
             await conn.close()
     await await_standby(backend, replica)

@@ -15,6 +15,7 @@ from dbaops.dbms.postgres.endpoint import (
     quote_ident,
 )
 from dbaops.dbms.postgres.plans import explain
+from dbaops.dbms.postgres.sqltext import quote_literal
 from dbaops.dbms.session_kinds import ISOLATION, EngineSessions, SessionDialect
 
 
@@ -33,15 +34,11 @@ def statement_executor(
     return lambda args: bind(state, args, "", 0, False, None)  # type: ignore[no-any-return]
 
 
-def _literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
 SESSIONS = EngineSessions(
     endpoint_type=Endpoint,
     session_types=(asyncpg.Connection,),
     dialect=SessionDialect(
-        session_ids_sql="SELECT pid FROM pg_stat_activity",
+        session_ids_sql="SELECT pid FROM pg_catalog.pg_stat_activity",
         begin=lambda iso: [f"BEGIN ISOLATION LEVEL {ISOLATION[iso]}"],
         sleep=lambda s: f"SELECT pg_sleep({s:.3f})",
         # TABLESAMPLE refuses a view swapped in under the name before the view's code could
@@ -50,16 +47,16 @@ SESSIONS = EngineSessions(
             f"(SELECT pg_catalog.count(*) FROM ONLY {quote_ident(schema)}.{quote_ident(name)} "
             "TABLESAMPLE pg_catalog.system (100))"
         ),
-        set_setting=lambda name, value: f"SET {name} TO {_literal(value)}",
+        set_setting=lambda name, value: f"SET {name} TO {quote_literal(value)}",
         maintenance_database="postgres",
         harness_application=HARNESS_APPLICATION,
-        set_server_setting=lambda name, value: f"ALTER SYSTEM SET {name} = {_literal(value)}",
+        set_server_setting=lambda name, value: f"ALTER SYSTEM SET {name} = {quote_literal(value)}",
         reload_config="SELECT pg_catalog.pg_reload_conf()",
         config_file="postgresql.conf",
         create_tablespace=lambda name, owner, location: (
             f"CREATE TABLESPACE {quote_ident(name)}"
             + (f" OWNER {quote_ident(owner)}" if owner else "")
-            + f" LOCATION {_literal(location)}"
+            + f" LOCATION {quote_literal(location)}"
         ),
         server_processes_sql=(
             "SELECT pid, backend_start::text AS started FROM pg_catalog.pg_stat_activity "

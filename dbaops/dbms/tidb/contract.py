@@ -10,9 +10,8 @@ CONTRACT = EngineContract(
     scratch_table="test.contract_marker",
     scenario="tb-qp-01",
     setting="tidb_ddl_reorg_worker_cnt",
-    setting_value="5",
+    setting_values=(("5", "5"), ("6", "6")),
     read_setting_sql="SELECT CAST(@@GLOBAL.tidb_ddl_reorg_worker_cnt AS CHAR)",
-    setting_shown="5",
     set_action="set_variable",
     terminate_sql="KILL {session}",
 )

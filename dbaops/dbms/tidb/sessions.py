@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from dbaops.dbms.session_kinds import ISOLATION, EngineSessions, SessionDialect
 from dbaops.dbms.tidb.connection import MysqlConnection, MysqlConnectionLost, MysqlServerError
-from dbaops.dbms.tidb.endpoint import TidbEndpoint, quote_ident
-
-
-def _literal(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
-
+from dbaops.dbms.tidb.endpoint import TidbEndpoint, quote_ident, quote_literal
 
 #: Pessimistic transactions at READ COMMITTED or REPEATABLE READ (TiDB's default);
 #: SERIALIZABLE does not exist there, so it is refused by the server.
@@ -23,7 +18,7 @@ SESSIONS = EngineSessions(
         count_rows=lambda schema, name: (
             f"(SELECT COUNT(*) FROM {quote_ident(schema)}.{quote_ident(name)})"
         ),
-        set_setting=lambda name, value: f"SET SESSION {name} = {_literal(value)}",
+        set_setting=lambda name, value: f"SET SESSION {name} = {quote_literal(value)}",
     ),
     server_errors=(MysqlServerError,),
     connection_errors=(MysqlConnectionLost,),
